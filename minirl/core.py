@@ -1,0 +1,246 @@
+"""The tensors every RL-for-LLM algorithm shares: masks, masked statistics, log-probs, entropy.
+
+This file mirrors `verl/utils/torch_functional.py` (verl 0.9.1). Same names, same arguments, same
+epsilons, so that a reader can put the two side by side. Chapter 0 of the book walks through it.
+
+Vocabulary (verl's, used everywhere in minirl):
+
+    B  batch size (number of sequences = prompts x rollout.n)
+    L  response length (padded); P prompt length (padded); V vocabulary size
+    responses       (B, L) token ids the policy generated
+    attention_mask  (B, P + L) 1 on real prompt/response tokens, 0 on padding
+    response_mask   (B, L) 1 on response tokens that count for the loss: up to and
+                    including the first EOS, 0 after it
+    log_probs       (B, L) log pi(token_t | prefix) of each response token
+    token_level_scores (B, L) the reward, a sequence-level score sitting on the last valid
+                    response token, 0 elsewhere
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# ----------------------------------------------------------------------------------------------
+# Masked statistics
+# ----------------------------------------------------------------------------------------------
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    """Sum of `values` where `mask` is 1.
+
+    Mirrors `verl/utils/torch_functional.py::masked_sum`. Positions outside the mask are replaced
+    by 0 *before* multiplying, so a NaN or inf sitting in padding cannot leak into the sum
+    (NaN * 0 is still NaN).
+
+    Args:
+        values: any shape, e.g. (B, L).
+        mask: same shape as `values`; 1/True = keep, 0/False = ignore.
+        axis: reduce over this dimension only; None reduces over everything.
+    Returns:
+        A scalar tensor (axis=None) or `values` with dimension `axis` removed.
+    """
+    valid_values = torch.where(mask.bool(), values, 0.0)
+    return (valid_values * mask).sum(dim=axis)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    """Mean of `values` over the positions where `mask` is 1.
+
+        masked_mean(x, m) = sum_i m_i x_i / (sum_i m_i + 1e-8)
+
+    Mirrors `verl/utils/torch_functional.py::masked_mean`. The 1e-8 sits in the denominator so an
+    all-zero mask gives 0 instead of NaN.
+
+    Args:
+        values: (B, L) or any shape.
+        mask: same shape as `values`.
+        axis: None for one mean over all valid elements (token-weighted), or a dimension,
+            e.g. axis=-1 gives one mean per sequence, shape (B,).
+    """
+    return masked_sum(values, mask, axis) / (mask.sum(dim=axis) + 1e-8)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of `values` over all positions where `mask` is 1 (one scalar for the whole tensor).
+
+        var = masked_mean((x - masked_mean(x))^2) * N / (N - 1)     (if unbiased, N = sum(mask))
+
+    Mirrors `verl/utils/torch_functional.py::masked_var`.
+
+    Raises:
+        ValueError: if unbiased and the mask holds 0 or 1 valid element (the Bessel correction
+            N / (N - 1) would divide by zero). Use a larger batch.
+    """
+    mean = masked_mean(values, mask)
+    centered = values - mean
+    variance = masked_mean(centered**2, mask)
+    if unbiased:
+        n_valid = mask.sum()
+        if n_valid == 0:
+            raise ValueError("masked_var: the mask is empty; at least one element must be 1.")
+        if n_valid == 1:
+            raise ValueError(
+                "masked_var: the mask holds a single valid element, so the unbiased variance "
+                "divides by zero; use a batch with at least two valid tokens."
+            )
+        variance = variance * n_valid / (n_valid - 1)  # Bessel's correction
+    return variance
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Normalise `values` to zero mean and unit variance, using statistics of the valid positions.
+
+        whiten(x) = (x - mu) / sqrt(var + 1e-8)        mu, var over mask==1, var unbiased
+
+    Mirrors `verl/utils/torch_functional.py::masked_whiten`. Two details matter:
+    the statistics are taken over *all* valid elements of the tensor (e.g. every response token of
+    the whole batch), and the result is *not* multiplied by the mask again: padded positions hold
+    (x - mu) / sigma too. Callers that need zeros there multiply by the mask themselves.
+
+    Args:
+        values: (B, L).
+        mask: (B, L).
+        shift_mean: if False, add the mean back (only the scale is normalised).
+    Returns:
+        (B, L) whitened values.
+    """
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened
+
+
+def clip_by_value(x: torch.Tensor, tensor_min: torch.Tensor, tensor_max: torch.Tensor) -> torch.Tensor:
+    """Element-wise clamp with tensor bounds: max(min(x, tensor_max), tensor_min).
+
+    Mirrors `verl/utils/torch_functional.py::clip_by_value` (used by the clipped value loss).
+    """
+    return torch.max(torch.min(x, tensor_max), tensor_min)
+
+
+# ----------------------------------------------------------------------------------------------
+# From logits to log-probs and entropy
+# ----------------------------------------------------------------------------------------------
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Log-probability of each label token under the softmax of `logits`.
+
+        log pi(y) = logits[y] - logsumexp(logits)
+
+    Mirrors `verl/utils/torch_functional.py::logprobs_from_logits` on its CPU path
+    (`logprobs_from_logits_v2`; verl uses a fused flash-attn kernel on GPUs, same math).
+    Never computes softmax(logits) and then log: that underflows to log(0) = -inf for large logits.
+    For float32/float64 it uses the identity above; logsumexp subtracts the row max first, so it is
+    stable even for logits scaled by 100. For bfloat16/float16 verl uses log_softmax instead
+    (logsumexp is not accurate enough in 8 mantissa bits); so do we.
+
+    Args:
+        logits: (..., V) unnormalised scores, e.g. (B, L, V).
+        labels: (...) integer token ids in [0, V), e.g. (B, L).
+    Returns:
+        (...) log-probs, same shape as `labels`, dtype of `logits`.
+    """
+    if logits.dtype in (torch.float32, torch.float64):
+        label_logits = torch.gather(logits, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+        return label_logits - torch.logsumexp(logits, dim=-1)  # log_softmax(x)_y = x_y - logsumexp(x)
+    log_probs = F.log_softmax(logits.float(), dim=-1).to(logits.dtype)
+    return torch.gather(log_probs, dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical distribution softmax(logits), per position.
+
+        H = -sum_v p_v log p_v = logsumexp(z) - sum_v p_v z_v          (p = softmax(z))
+
+    Mirrors `verl/utils/torch_functional.py::entropy_from_logits`.
+
+    Args:
+        logits: (..., V).
+    Returns:
+        (...) entropy in nats.
+    """
+    probs = F.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - torch.sum(probs * logits, dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Masks
+# ----------------------------------------------------------------------------------------------
+
+
+def get_response_mask(
+    response_id: torch.Tensor, eos_token: int | list[int] = 2, dtype: torch.dtype = torch.int64
+) -> torch.Tensor:
+    """Mask that is 1 up to and including the first EOS token of each response, 0 after it.
+
+    Mirrors `verl/utils/torch_functional.py::get_response_mask`.
+
+        response_id   [[20, 10, 34,  1,  0,  0],        eos_token = 1
+                       [23, 98,  1,  0,  0,  0]]
+        response_mask [[ 1,  1,  1,  1,  0,  0],
+                       [ 1,  1,  1,  0,  0,  0]]
+
+    It looks for EOS, not for padding. That is why it is still right when the tokenizer pads with
+    its EOS token (pad_token_id == eos_token_id, as many chat models do): a mask built as
+    `response_id != pad_token_id` would then drop the EOS token itself, and the model would never
+    be trained to stop.
+
+    Args:
+        response_id: (B, L) generated token ids.
+        eos_token: one EOS id or a list of ids that all end a response.
+        dtype: dtype of the returned mask.
+    Returns:
+        (B, L) mask of `dtype`.
+    """
+    eos = torch.tensor(eos_token, device=response_id.device)
+    is_eos = torch.isin(response_id, eos).int()
+    # cumsum counts EOS tokens seen so far, *including* this position; subtracting is_eos makes it
+    # "EOS tokens strictly before this position". A token is kept while that count is 0.
+    eos_before = is_eos.cumsum(dim=1) - is_eos
+    return eos_before.eq(0).to(dtype)
+
+
+def compute_response_mask(attention_mask: torch.Tensor, response_length: int) -> torch.Tensor:
+    """The response part of the attention mask: attention_mask[:, -response_length:].
+
+    Mirrors `verl/trainer/ppo/ray_trainer.py::compute_response_mask`, which reads the tensors from
+    a `DataProto`; this one takes them directly. The rollout builds the response part of
+    `attention_mask` with `get_response_mask`, so both masks agree.
+
+    Args:
+        attention_mask: (B, P + L).
+        response_length: L.
+    Returns:
+        (B, L).
+    """
+    return attention_mask[:, -response_length:]
+
+
+def place_scores_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Turn one score per sequence into `token_level_scores`: the score on the last valid token.
+
+    An outcome reward (is the final answer right?) belongs to the whole response. verl stores it
+    as a (B, L) tensor that is 0 everywhere except at the last response token that counts, index
+    `response_mask[i].sum() - 1`; the advantage estimators then sum over L to read it back. This is
+    what `verl/workers/reward_manager/naive.py::NaiveRewardManager.__call__` does inline. Like
+    verl, a zero-length response puts its score at index -1 (the last column).
+
+        scores          [1.0, 0.5]              response_mask [[1, 1, 1, 0],
+                                                               [1, 1, 0, 0]]
+        token_level_scores [[0, 0, 1.0, 0],
+                            [0, 0.5, 0, 0]]
+
+    Args:
+        scores: (B,) one score per sequence.
+        response_mask: (B, L).
+    Returns:
+        (B, L) float tensor, same dtype as `scores`.
+    """
+    token_level_scores = torch.zeros(response_mask.shape, dtype=scores.dtype, device=scores.device)
+    last_valid = response_mask.sum(dim=-1).long() - 1  # (B,), -1 for an empty response
+    rows = torch.arange(response_mask.shape[0], device=scores.device)
+    token_level_scores[rows, last_valid] = scores
+    return token_level_scores

@@ -1,0 +1,14 @@
+"""Options shared by the whole test suite."""
+
+import os
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--target",
+        default=os.environ.get("MINIRL_TARGET", "exercises"),
+        help=(
+            "which implementations the graded exercise tests check: 'exercises' (yours, the default), "
+            "'solutions' (the answers; what `make test` uses), or a path to a folder of chapter files."
+        ),
+    )

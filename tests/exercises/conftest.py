@@ -1,0 +1,60 @@
+"""Graded exercises: record each exercise's result and print the progress table at the end."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+from grading import NotStarted, target_dir
+
+# (chapter, number, name) -> list of outcomes: "passed", "failed" or "todo"
+_RESULTS: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "exercise(number, name): the graded exercise a test belongs to, e.g. exercise('0.1', 'masked_mean')"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    marker = item.get_closest_marker("exercise")
+    if marker is None or report.when != "call" and not (report.when == "setup" and report.failed):
+        return report
+    chapter = item.path.stem.removeprefix("test_")
+    if report.passed:
+        outcome = "passed"
+    elif call.excinfo is not None and call.excinfo.errisinstance(NotStarted):
+        outcome = "todo"
+        report.longrepr = f"todo: {call.excinfo.value}"  # one line, not a traceback
+    else:
+        outcome = "failed"
+    _RESULTS[(chapter, *marker.args)].append(outcome)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not _RESULTS:
+        return
+    write = terminalreporter.write_line
+    graded = target_dir(config)
+    write("")
+    terminalreporter.section(f"exercise progress (grading {graded.name}/)", sep="=")
+    rows = [("chapter", "exercise", "status", "checks", "rerun one")]
+    for (chapter, number, name), outcomes in sorted(_RESULTS.items()):
+        if all(o == "passed" for o in outcomes):
+            status = "passed"
+        elif all(o == "todo" for o in outcomes):
+            status = "todo"
+        else:
+            status = "FAILED"
+        passed = sum(o == "passed" for o in outcomes)
+        rerun = f".venv/bin/python -m pytest tests/exercises/test_{chapter}.py -k {name}"
+        rows.append((chapter, f"{number} {name}", status, f"{passed}/{len(outcomes)}", rerun))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
+    done = sum(1 for r in rows[1:] if r[2] == "passed")
+    write(f"\n{done} of {len(rows) - 1} exercises passed.")

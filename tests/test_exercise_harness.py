@@ -1,0 +1,159 @@
+"""The graded-exercise mechanism itself: stubs generated from solutions, shipped unsolved,
+and graders that catch the classic mistakes with a message a learner can act on."""
+
+import ast
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from minirl.book import exercises
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Stub generation
+# ----------------------------------------------------------------------------------------------
+
+
+def test_make_stubs_replaces_each_solution_block():
+    solution = exercises.SOLUTIONS_HEADER + textwrap.dedent(
+        '''
+        def f(x):
+            """Doc."""
+            # BEGIN SOLUTION
+            y = x + 1
+            return y
+            # END SOLUTION
+        '''
+    )
+    stub = exercises.make_stubs(solution)
+    assert stub.startswith(exercises.EXERCISES_HEADER)
+    assert "x + 1" not in stub and '"""Doc."""' in stub
+    assert '    raise NotImplementedError("f: not written yet.' in stub
+    namespace = {}
+    exec(stub, namespace)
+    with pytest.raises(NotImplementedError):
+        namespace["f"](1)
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        ("def f():\n    # BEGIN SOLUTION\n    pass\n", "never closed"),
+        ("def f():\n    pass\n    # END SOLUTION\n", "without a matching"),
+        ("# BEGIN SOLUTION\nx = 1\n# END SOLUTION\n", "outside a function"),
+        ("def f():\n    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n", "inside another"),
+    ],
+)
+def test_make_stubs_rejects_broken_markers(body, error):
+    with pytest.raises(ValueError, match=error):
+        exercises.make_stubs(exercises.SOLUTIONS_HEADER + body)
+
+
+def test_exercises_are_the_generated_stubs():
+    problems = exercises.check()
+    assert not problems, "\n".join(problems) + "\nRun `python -m minirl.book.exercises sync`."
+
+
+def test_every_exercise_function_is_an_unsolved_stub():
+    files = sorted((REPO / "exercises").glob("ch*.py"))
+    assert files, "exercises/ holds no chapter file"
+    for path in files:
+        tree = ast.parse(path.read_text())
+        functions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")]
+        assert functions, f"{path.name} defines no exercise"
+        for fn in functions:
+            body = fn.body[1:] if ast.get_docstring(fn) else fn.body
+            assert len(body) == 1 and isinstance(body[0], ast.Raise), f"{path.name}::{fn.name} is not a bare stub"
+            assert "NotImplementedError" in ast.unparse(body[0]), f"{path.name}::{fn.name} must raise NotImplementedError"
+
+
+# ----------------------------------------------------------------------------------------------
+# Graders: run them as a learner would, on the stubs and on known-wrong answers
+# ----------------------------------------------------------------------------------------------
+
+
+def grade(target: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, str], str]:
+    """Run the graded tests against `target`; return {test name: failure message or 'passed'} and stdout."""
+    junit = tmp_path / "junit.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/exercises", "-q", "-p", "no:cacheprovider",
+         f"--target={target}", f"--junitxml={junit}", *extra],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    results = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        failure = case.find("failure")
+        results[case.get("name")] = "passed" if failure is None else (failure.get("message") or "")
+    return results, proc.stdout
+
+
+def test_stubs_are_graded_as_todo_not_as_passed(tmp_path):
+    results, stdout = grade(REPO / "exercises", tmp_path)
+    assert results, "no graded test ran"
+    not_todo = {name: msg for name, msg in results.items() if "not written yet" not in msg}
+    assert not not_todo, f"these graded tests do not report an unsolved stub as todo: {not_todo}"
+    assert "exercise progress" in stdout and "0 of" in stdout
+
+
+# Classic mistakes, each written the way a learner would, and what the grader must say about it.
+WRONG_CH00 = '''
+import torch
+
+def masked_mean(values, mask, axis=None):
+    return (values * mask).sum(dim=axis) / mask.sum(dim=axis)          # NaN leaks, empty row -> NaN
+
+def masked_whiten(values, mask):
+    m = mask.float()
+    mean = (values * m).sum() / m.sum()
+    var = (((values - mean) * m) ** 2).sum() / m.sum()                  # biased variance
+    return (values - mean) / torch.sqrt(var + 1e-8)
+
+def logprobs_from_logits(logits, labels):
+    probs = torch.softmax(logits, dim=-1)                               # underflows for large logits
+    return torch.gather(probs, -1, labels.unsqueeze(-1)).squeeze(-1).log()
+
+def get_response_mask(response_id, eos_token):
+    return (response_id != eos_token).long()                            # the pad == eos bug
+
+def place_scores_on_last_token(scores, response_mask):
+    import time
+    while True:                                                         # hangs
+        time.sleep(0.1)
+'''
+
+EXPECTED_MESSAGES = {
+    "test_masked_mean_ignores_nan_in_padding": "NaN sitting in a padded position leaked",
+    "test_masked_mean_empty_row_is_zero": "add 1e-8 to the denominator",
+    "test_masked_whiten_matches_verl": "biased variance",
+    "test_logprobs_from_logits_is_stable_for_large_logits": "softmax underflowed",
+    "test_get_response_mask_keeps_the_eos_when_pad_is_eos": "pad == eos bug",
+    "test_place_scores_on_last_token_toy": "did not return within",
+}
+
+
+def test_graders_explain_the_classic_mistakes(tmp_path):
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "ch00_tensors.py").write_text(WRONG_CH00)
+    results, stdout = grade(wrong, tmp_path)
+    for test, message in EXPECTED_MESSAGES.items():
+        assert message in results[test], f"{test}: expected a message containing {message!r}, got {results[test]!r}"
+    # The correct parts still pass: one hanging or wrong exercise does not stop the others being graded.
+    assert results["test_masked_mean_toy"] == "passed"
+    assert "FAILED" in stdout
+
+
+def test_wrong_shape_is_reported_as_such(tmp_path):
+    wrong = tmp_path / "shape"
+    wrong.mkdir()
+    source = (REPO / "solutions" / "ch00_tensors.py").read_text()
+    source += "\n\ndef masked_mean(values, mask, axis=None):\n    return values.sum(dim=0)\n"
+    (wrong / "ch00_tensors.py").write_text(source)
+    results, _ = grade(wrong, tmp_path, "-k", "masked_mean_toy")
+    assert "should have shape ()" in results["test_masked_mean_toy"]
