@@ -70,7 +70,7 @@ def test_every_exercise_function_is_an_unsolved_stub():
         for fn in functions:
             body = fn.body[1:] if ast.get_docstring(fn) else fn.body
             assert len(body) == 1 and isinstance(body[0], ast.Raise), f"{path.name}::{fn.name} is not a bare stub"
-            assert "NotImplementedError" in ast.unparse(body[0]), f"{path.name}::{fn.name} must raise NotImplementedError"
+            assert "NotImplementedError" in ast.unparse(body[0]), f"{path.name}::{fn.name}: raise NotImplementedError"
 
 
 # ----------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from grading import NotStarted, target_dir
 
 # (chapter, number, name) -> list of outcomes: "passed", "failed" or "todo"
 _RESULTS: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+# (chapter, number, name) -> the first failure message, shown under the table
+_WHY: dict[tuple[str, str, str], str] = {}
 
 
 def pytest_configure(config):
@@ -31,6 +33,8 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"todo: {call.excinfo.value}"  # one line, not a traceback
     else:
         outcome = "failed"
+        message = str(call.excinfo.value) if call.excinfo is not None else str(report.longrepr)
+        _WHY.setdefault((chapter, *marker.args), message.strip().splitlines()[0] if message.strip() else item.name)
     _RESULTS[(chapter, *marker.args)].append(outcome)
     return report
 
@@ -56,5 +60,9 @@ def pytest_terminal_summary(terminalreporter, config):
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
         write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
+    if _WHY:
+        write("\nwhy the failed ones failed (first failing check):")
+        for (chapter, number, name), message in sorted(_WHY.items()):
+            write(f"  {number} {name}: {message}")
     done = sum(1 for r in rows[1:] if r[2] == "passed")
     write(f"\n{done} of {len(rows) - 1} exercises passed.")

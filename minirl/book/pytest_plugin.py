@@ -1,4 +1,4 @@
-"""Options shared by the whole test suite."""
+"""pytest options of the book (loaded with `-p minirl.book.pytest_plugin`, see pyproject.toml)."""
 
 import os
 

@@ -1,0 +1,28 @@
+"""Small helpers the chapter notebooks share: show library source, read the fast-mode switch."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+FAST_ENV = "MINIRL_FAST"
+
+
+def fast_mode() -> bool:
+    """True when MINIRL_FAST=1: notebooks shrink their runs so the test suite can execute them."""
+    return os.environ.get(FAST_ENV, "0") not in ("", "0", "false", "False")
+
+
+def show_source(obj):
+    """Display the source of a minirl function or class, read from the library (never copied).
+
+    Returns an IPython Markdown object (a highlighted code block) when IPython is available,
+    otherwise the source text.
+    """
+    source = inspect.getsource(obj)
+    module = inspect.getmodule(obj).__name__.replace(".", "/") + ".py"
+    try:
+        from IPython.display import Markdown
+    except ImportError:  # pragma: no cover - IPython ships with jupyter
+        return source
+    return Markdown(f"`{module}`\n\n```python\n{source}```")

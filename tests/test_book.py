@@ -1,0 +1,85 @@
+"""The book site: builds strictly, serves its own math renderer, shows the reading map."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PAPERS_IN_ORDER = ["PPO", "GAE", "InstructGPT", "GRPO", "DAPO", "DPO", "RLOO", "DeepSeek-R1",
+                   "Rollout correction", "HybridFlow"]
+LABS = ["GSM8K PPO", "Writing reward functions", "Reading the debug metrics", "The GRPO config"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    site_dir = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-3000:]}"
+    return site_dir
+
+
+def pages(site):
+    """The book's pages (not MathJax's own files, not the 404 template)."""
+    return sorted(p for p in site.rglob("*.html") if "mathjax" not in p.parts and p.name != "404.html")
+
+
+def test_every_notebook_and_markdown_page_is_built(site):
+    for source in sorted((REPO / "chapters").glob("*.ipynb")):
+        assert (site / source.stem / "index.html").exists(), f"no page for {source.name}"
+    assert (site / "index.html").exists()
+
+
+def test_no_script_stylesheet_or_font_comes_from_the_network(site):
+    """Math and styles must work offline: nothing loaded from a CDN (plain links to papers are fine)."""
+    for page in pages(site):
+        html = page.read_text()
+        for tag, attr in (("script", "src"), ("link", "href"), ("img", "src")):
+            for url in re.findall(rf"<{tag}\b[^>]*\b{attr}=\"([^\"]+)\"", html):
+                assert not urlsplit(url).netloc and not url.startswith("//"), f"{page}: <{tag}> loads {url}"
+        assert "fonts.googleapis" not in html, f"{page} loads Google Fonts"
+
+
+def test_mathjax_is_served_by_the_site_and_every_page_can_reach_it(site):
+    for page in pages(site):
+        html = page.read_text()
+        srcs = [s for s in re.findall(r'<script\b[^>]*\bsrc="([^"]+)"', html) if "MathJax.js" in s]
+        assert srcs, f"{page} does not load MathJax"
+        for src in srcs:
+            target = (page.parent / urlsplit(src).path).resolve()
+            assert target.exists(), f"{page}: {src} does not resolve to a file in the site"
+    assert (site / "assets/mathjax/fonts/HTML-CSS/STIX-Web").is_dir()
+
+
+def test_math_reaches_the_page_as_tex(site):
+    index = (site / "index.html").read_text()
+    assert 'type="math/tex' in index, "arithmatex did not turn $...$ into MathJax script tags"
+    chapter0 = (site / "00_tensors" / "index.html").read_text()
+    assert r"\operatorname{logsumexp}" in chapter0
+
+
+def test_notebook_pages_show_committed_plots(site):
+    chapter0 = (site / "00_tensors" / "index.html").read_text()
+    assert chapter0.count("data:image/png;base64") >= 2
+
+
+def test_reading_map_lists_ten_papers_in_order_and_the_labs():
+    index = (REPO / "chapters" / "index.md").read_text()
+    table = index[index.index("## The ten papers"):index.index("## Hands-on labs")]
+    positions = [table.find(f"**{paper}") if f"**{paper}" in table else table.find(paper) for paper in PAPERS_IN_ORDER]
+    assert all(p >= 0 for p in positions), dict(zip(PAPERS_IN_ORDER, positions))
+    assert positions == sorted(positions), "papers are not in the reading map's order"
+    for lab in LABS:
+        assert lab in index
+
+
+def test_planned_chapters_are_not_linked():
+    index = (REPO / "chapters" / "index.md").read_text()
+    for target in re.findall(r"\]\(([^)#]+)", index):
+        if not target.startswith("http"):
+            assert (REPO / "chapters" / target).exists(), f"index.md links to {target}, which does not exist"
