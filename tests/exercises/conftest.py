@@ -62,7 +62,7 @@ def pytest_terminal_summary(terminalreporter, config):
         write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
     if _WHY:
         write("\nwhy the failed ones failed (first failing check):")
-        for (chapter, number, name), message in sorted(_WHY.items()):
+        for (_chapter, number, name), message in sorted(_WHY.items()):
             write(f"  {number} {name}: {message}")
     done = sum(1 for r in rows[1:] if r[2] == "passed")
     write(f"\n{done} of {len(rows) - 1} exercises passed.")
