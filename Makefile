@@ -6,6 +6,7 @@
 #   make serve   serve the site at http://127.0.0.1:8000
 #   make lab     open the chapters in JupyterLab
 #   make grade   grade YOUR exercises/ and print a progress table
+#   make parity  compare minirl with verl 0.9.1 itself (its own venv, .venv-verl; part of make test)
 #
 # On a GPU machine, choose the torch build, e.g.
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
@@ -16,8 +17,11 @@ VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PY         := $(VENV)/bin/python
 INSTALLED  := $(VENV)/.installed
+VERL_VENV  ?= .venv-verl
+VERL_PY    := $(VERL_VENV)/bin/python
+VERL_INSTALLED := $(VERL_VENV)/.installed
 
-.PHONY: install demo test book serve lab grade clean
+.PHONY: install demo test parity book serve lab grade clean
 
 install: $(INSTALLED)
 
@@ -27,13 +31,26 @@ $(INSTALLED): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
 
+# verl's pins must not touch the book's environment, so verl lives in a venv of its own.
+$(VERL_INSTALLED): tests/parity/requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_PY) -m pip install --quiet $(TORCH_SPEC)
+	$(VERL_PY) -m pip install --quiet -r tests/parity/requirements.txt && \
+	$(VERL_PY) -m pip install --quiet --no-deps verl==0.9.1 -e . || \
+	{ echo "ERROR: could not install verl 0.9.1 for the parity tests (see pip's message above)."; exit 1; }
+	touch $@
+
 demo: book
 	@echo
 	@echo "The book is built in site/. Read it with: make serve  (then open http://127.0.0.1:8000)"
 
-test: install
+test: install $(VERL_INSTALLED)
 	$(PY) -m ruff check .
-	$(PY) -m pytest --target solutions
+	$(PY) -m pytest --target solutions --ignore=tests/parity
+	$(VERL_PY) -m pytest tests/parity
+
+parity: $(VERL_INSTALLED)
+	$(VERL_PY) -m pytest tests/parity
 
 book: install
 	$(PY) -m mkdocs build --strict
@@ -48,4 +65,4 @@ grade: install
 	@$(PY) -m pytest tests/exercises -q --tb=no -rN -p no:cacheprovider --target exercises || true
 
 clean:
-	rm -rf $(VENV) site build .pytest_cache
+	rm -rf $(VENV) $(VERL_VENV) site build .pytest_cache

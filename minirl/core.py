@@ -18,6 +18,9 @@ Vocabulary (verl's, used everywhere in minirl):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -244,3 +247,133 @@ def place_scores_on_last_token(scores: torch.Tensor, response_mask: torch.Tensor
     rows = torch.arange(response_mask.shape[0], device=scores.device)
     token_level_scores[rows, last_valid] = scores
     return token_level_scores
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checks shared by every algorithm file
+# ----------------------------------------------------------------------------------------------
+
+
+def check_same_shape(**tensors: torch.Tensor) -> None:
+    """Raise ValueError naming every shape if the given tensors do not all have the same shape.
+
+    Example: check_same_shape(log_prob=log_prob, response_mask=response_mask).
+    """
+    shapes = {name: tuple(t.shape) for name, t in tensors.items()}
+    if len(set(shapes.values())) > 1:
+        listed = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
+        raise ValueError(f"shape mismatch: {listed}; these tensors must all be (batch, response_length).")
+
+
+def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    """Raise ValueError naming the valid choices if `value` is not one of them."""
+    if value not in choices:
+        raise ValueError(f"invalid {name} {value!r}; valid choices: {', '.join(map(repr, choices))}.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Groups: the rollout.n responses to one prompt share a uid
+# ----------------------------------------------------------------------------------------------
+
+
+def group_index(index: Sequence | np.ndarray | torch.Tensor, device=None) -> tuple[torch.Tensor, int]:
+    """Map group labels (verl's `uid` strings, or ints) to dense group numbers 0..G-1.
+
+    Plays the role of `verl/utils/groupwise.py::as_torch_index`: group-wise statistics then become
+    vectorised `index_add_` calls instead of a Python loop over the batch.
+
+    Args:
+        index: (B,) labels: a list/array of hashables (e.g. uid strings) or a 1-D integer tensor.
+    Returns:
+        (inverse, num_groups): inverse is a (B,) int64 tensor with inverse[i] = group of row i.
+    """
+    if isinstance(index, torch.Tensor):
+        if index.dim() != 1:
+            raise ValueError(f"index must be 1-D (one group id per row), got shape {tuple(index.shape)}")
+        _, inverse = torch.unique(index, return_inverse=True)
+    else:
+        labels = np.asarray(index)
+        if labels.ndim != 1:
+            raise ValueError(f"index must be 1-D (one group id per row), got shape {labels.shape}")
+        _, inverse = np.unique(labels, return_inverse=True)
+        inverse = torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+    inverse = inverse.to(device)
+    return inverse, int(inverse.max().item()) + 1 if inverse.numel() else 0
+
+
+def group_mean_std(scores: torch.Tensor, index) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row mean, unbiased std and size of the row's group (the GRPO/RLOO statistics).
+
+        mean_g = sum_{i in g} s_i / n_g         std_g = sqrt( sum_{i in g} (s_i - mean_g)^2 / (n_g - 1) )
+
+    Args:
+        scores: (B,) one score per response.
+        index: (B,) group labels (see `group_index`).
+    Returns:
+        (mean, std, size), each (B,): the statistics of each row's own group, broadcast back to the
+        rows. For a group of one, std is NaN (n - 1 = 0); callers decide what a singleton means.
+    """
+    if scores.dim() != 1 or len(index) != scores.shape[0]:
+        raise ValueError(f"scores must be (B,) and index must have B entries; got scores {tuple(scores.shape)} "
+                         f"and {len(index)} index entries.")
+    inverse, num_groups = group_index(index, device=scores.device)
+
+    def group_sum(values: torch.Tensor) -> torch.Tensor:  # (B,) -> (G,)
+        return torch.zeros(num_groups, dtype=scores.dtype, device=scores.device).index_add_(0, inverse, values)
+
+    size = group_sum(torch.ones_like(scores))
+    mean = (group_sum(scores) / size)[inverse]
+    std = torch.sqrt(group_sum((scores - mean) ** 2) / (size - 1))[inverse]
+    return mean, std, size[inverse]
+
+
+# ----------------------------------------------------------------------------------------------
+# Loss aggregation
+# ----------------------------------------------------------------------------------------------
+
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def agg_loss(
+    loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, loss_scale_factor: float | None = None
+) -> torch.Tensor:
+    """Reduce a per-token loss matrix to the scalar that is back-propagated.
+
+    Mirrors `verl/trainer/ppo/core_algos.py::agg_loss` with one process (dp_size=1) and no global
+    token/sequence counts, so every mode normalises by what is in this (micro-)batch.
+    With S_i = sum_t m_it * l_it (the token sum of sequence i), T = sum_it m_it, and G = the number
+    of sequences with at least one valid token:
+
+        token-mean               sum_i S_i / T               every token weighs the same (PPO, DAPO)
+        token-sum                sum_i S_i
+        seq-mean-token-sum       sum_i S_i / G               every sequence weighs the same
+        seq-mean-token-mean      sum_i [S_i / (sum_t m_it + 1e-8)] / G    (original GRPO)
+        seq-mean-token-sum-norm  sum_i S_i / G / K           K = loss_scale_factor or L (Dr.GRPO)
+
+    Fully masked rows are left out of G. In verl 0.9.1, seq-mean-token-sum-norm divides by G and K
+    (older verl divided by K only).
+
+    Args:
+        loss_mat: (B, L) per-token loss.
+        loss_mask: (B, L) 1 for tokens that count.
+        loss_agg_mode: one of LOSS_AGG_MODES.
+        loss_scale_factor: K for seq-mean-token-sum-norm; None uses L = loss_mask.shape[-1]. A
+            constant (e.g. max_response_length) keeps the scale fixed across batches.
+    Returns:
+        A scalar tensor.
+    """
+    check_choice("loss_agg_mode", loss_agg_mode, LOSS_AGG_MODES)
+    check_same_shape(loss_mat=loss_mat, loss_mask=loss_mask)
+    if loss_agg_mode == "token-mean":
+        return masked_sum(loss_mat, loss_mask) / loss_mask.sum()
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, loss_mask)
+    tokens_per_seq = loss_mask.sum(dim=-1)
+    seq_losses = masked_sum(loss_mat, loss_mask, axis=-1)  # S_i
+    if loss_agg_mode == "seq-mean-token-mean":
+        seq_losses = seq_losses / (tokens_per_seq + 1e-8)
+    seq_valid = (tokens_per_seq > 0).float()  # fully masked rows do not count as sequences
+    loss = masked_sum(seq_losses, seq_valid) / seq_valid.sum()
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        loss = loss / (loss_scale_factor if loss_scale_factor is not None else loss_mask.shape[-1])
+    return loss
