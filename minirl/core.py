@@ -87,7 +87,8 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
                 "masked_var: the mask holds a single valid element, so the unbiased variance "
                 "divides by zero; use a batch with at least two valid tokens."
             )
-        variance = variance * n_valid / (n_valid - 1)  # Bessel's correction
+        bessel_correction = n_valid / (n_valid - 1)  # computed as verl does (float32 for an int mask)
+        variance = variance * bessel_correction
     return variance
 
 
@@ -353,6 +354,8 @@ def agg_loss(
     Fully masked rows are left out of G. In verl 0.9.1, seq-mean-token-sum-norm divides by G and K
     (older verl divided by K only).
 
+    verl differs: with no valid token at all it returns NaN (0 / 0); minirl raises ValueError.
+
     Args:
         loss_mat: (B, L) per-token loss.
         loss_mask: (B, L) 1 for tokens that count.
@@ -364,6 +367,10 @@ def agg_loss(
     """
     check_choice("loss_agg_mode", loss_agg_mode, LOSS_AGG_MODES)
     check_same_shape(loss_mat=loss_mat, loss_mask=loss_mask)
+    if loss_agg_mode != "token-sum" and not loss_mask.any():
+        # verl returns 0/0 = NaN here, which silently poisons the weights after backward.
+        raise ValueError(f"agg_loss: loss_mask has no valid token, so {loss_agg_mode} would divide by zero. "
+                         "Skip this (micro-)batch, or check that rejection sampling did not mask everything.")
     if loss_agg_mode == "token-mean":
         return masked_sum(loss_mat, loss_mask) / loss_mask.sum()
     if loss_agg_mode == "token-sum":

@@ -252,8 +252,9 @@ def compute_rollout_rejection_mask(
         combined = combined * keep
         seq_kept = ~((keep == 0) & valid).any(dim=-1)
         metrics[f"rollout_rs_{option}_masked_fraction"] = masked_mean(1 - keep, response_mask).item()
+        seq_rejected = (1.0 - seq_kept.to(log_ratio.dtype)) * seq_valid.float()
         metrics[f"rollout_rs_{option}_seq_masked_fraction"] = (
-            ((~seq_kept) & seq_valid).float().sum() / seq_valid.float().sum()).item() if seq_valid.any() else 0.0
+            (seq_rejected.sum() / seq_valid.float().sum()).item() if seq_valid.any() else 0.0)
     metrics["rollout_rs_masked_fraction"] = masked_mean(1 - combined, response_mask).item()
     metrics["rollout_rs_seq_masked_fraction"] = ((combined <= 0.5) & valid).any(dim=-1).float().mean().item()
     new_mask = (response_mask * combined).to(response_mask.dtype)

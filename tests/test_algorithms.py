@@ -54,6 +54,10 @@ def test_agg_loss_rejects_bad_mode_and_shapes():
         core.agg_loss(torch.ones(2, 3), MASK, "mean")
     with pytest.raises(ValueError, match=r"\(2, 4\).*\(2, 3\)"):
         core.agg_loss(torch.ones(2, 4), MASK, "token-mean")
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        with pytest.raises(ValueError, match="no valid token"):
+            core.agg_loss(torch.ones(2, 3), torch.zeros(2, 3), mode)
+    assert core.agg_loss(torch.ones(2, 3), torch.zeros(2, 3), "token-sum").item() == 0
 
 
 # ----------------------------------------------------------------------------------------------
