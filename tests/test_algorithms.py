@@ -200,7 +200,8 @@ def test_k2_and_k3_are_non_negative_and_finite(xs):
     ref = torch.zeros_like(logp)
     for mode in ("k2", "k3", "mse", "low_var_kl", "abs"):
         out = kl.kl_penalty(logp, ref, mode)
-        assert (out >= 0).all() and torch.isfinite(out).all(), mode
+        # >= 0 up to rounding: for x ~ 1e-12, e^-x - 1 + x evaluates to -1e-16 in float64 (in verl too)
+        assert (out >= -1e-12).all() and torch.isfinite(out).all(), mode
 
 
 def test_straight_through_modes_have_k2_gradient_and_base_value():
