@@ -1,0 +1,271 @@
+"""Datasets in verl's parquet schema: the tiny arithmetic task, GSM8K, SFT demonstrations, DPO pairs.
+
+Every RL dataset here is a parquet file with verl's columns (what
+`examples/data_preprocess/gsm8k.py` writes and `verl/utils/dataset/rl_dataset.py` reads):
+
+    data_source   which reward function scores it ("openai/gsm8k", "minirl/arithmetic", ...)
+    prompt        the chat messages, e.g. [{"role": "user", "content": "12+7=?"}]
+    ability       a tag ("math")
+    reward_model  {"style": "rule", "ground_truth": "19"}
+    extra_info    {"split": "train", "index": 0, ...}
+
+The tiny task uses GSM8K's answer convention ("... #### 19"), so one reward function scores both,
+and swapping in GSM8K is a change of `data.train_files`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import datasets
+import torch
+
+REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
+ARITHMETIC_SOURCE = "minirl/arithmetic"
+GSM8K_SOURCE = "openai/gsm8k"
+# verl's instruction for GSM8K (examples/data_preprocess/gsm8k.py)
+GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+
+
+# ----------------------------------------------------------------------------------------------
+# The tiny task: "12+7=?" -> "12+7=19 #### 19"
+# ----------------------------------------------------------------------------------------------
+
+
+def arithmetic_rows(num: int, split: str, seed: int = 0, max_operand: int = 30) -> list[dict]:
+    """`num` addition questions a+b (0 <= a, b <= max_operand) as verl rows, answers in GSM8K form.
+
+    The prompt is just "a+b=?" (a few tokens, so CPU runs are fast); a correct response is
+    "a+b=c #### c": one line of work, then the final answer after "####".
+    """
+    rng = random.Random(f"{seed}-{split}")
+    rows = []
+    for index in range(num):
+        a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+        rows.append({
+            "data_source": ARITHMETIC_SOURCE,
+            "prompt": [{"role": "user", "content": f"{a}+{b}=?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+            "extra_info": {"split": split, "index": index, "a": a, "b": b},
+        })
+    return rows
+
+
+def arithmetic_response(row: dict, answer: int | None = None) -> str:
+    """The demonstration for an arithmetic row: "a+b=c #### c" (c = the right sum unless `answer` is given)."""
+    a, b = row["extra_info"]["a"], row["extra_info"]["b"]
+    c = a + b if answer is None else answer
+    return f"{a}+{b}={c} #### {c}"
+
+
+def wrong_answer(row: dict, rng: random.Random) -> int:
+    """A plausible wrong sum: the right one off by 1 to 3, never negative."""
+    right = int(row["reward_model"]["ground_truth"])
+    return max(0, right + rng.choice([-3, -2, -1, 1, 2, 3])) if right > 3 else right + rng.randint(1, 3)
+
+
+def sft_rows(rows: Iterable[dict], wrong_fraction: float = 0.4, seed: int = 0) -> list[dict]:
+    """Noisy demonstrations for SFT: each row's response, wrong with probability `wrong_fraction`.
+
+    Imitating noisy demonstrations caps what SFT can learn; RL with a verifier is not capped, which
+    is the point DeepSeek-R1 makes. Each demonstration records whether it is correct.
+    """
+    if not 0.0 <= wrong_fraction <= 1.0:
+        raise ValueError(f"wrong_fraction must be in [0, 1], got {wrong_fraction}.")
+    rng = random.Random(seed)
+    demos = []
+    for row in rows:
+        wrong = rng.random() < wrong_fraction
+        response = arithmetic_response(row, wrong_answer(row, rng) if wrong else None)
+        demos.append({"prompt": row["prompt"], "response": response, "correct": not wrong,
+                      "data_source": row["data_source"], "reward_model": row["reward_model"]})
+    return demos
+
+
+def preference_pairs(rows: Iterable[dict], seed: int = 0) -> list[dict]:
+    """DPO pairs in TRL's conversational layout: {"prompt", "chosen", "rejected"}.
+
+    The verifier decides: "chosen" is a response the reward function scores as correct, "rejected"
+    one it scores as wrong, both for the same prompt.
+    """
+    from minirl.rewards import default_compute_score
+
+    rng = random.Random(seed)
+    pairs = []
+    for row in rows:
+        chosen, rejected = arithmetic_response(row), arithmetic_response(row, wrong_answer(row, rng))
+        truth = row["reward_model"]["ground_truth"]
+        assert default_compute_score(row["data_source"], chosen, truth) == 1.0
+        assert default_compute_score(row["data_source"], rejected, truth) == 0.0
+        pairs.append({"prompt": row["prompt"], "chosen": [{"role": "assistant", "content": chosen}],
+                      "rejected": [{"role": "assistant", "content": rejected}]})
+    return pairs
+
+
+# ----------------------------------------------------------------------------------------------
+# GSM8K, preprocessed as verl does (examples/data_preprocess/gsm8k.py)
+# ----------------------------------------------------------------------------------------------
+
+
+def extract_gsm8k_ground_truth(answer_raw: str) -> str:
+    """The number after "#### " in a GSM8K reference answer, commas removed ("1,234" -> "1234")."""
+    match = re.search(r"#### (\-?[0-9\.\,]+)", answer_raw)
+    if match is None:
+        raise ValueError(f"GSM8K answer has no '#### <number>' line: {answer_raw[-80:]!r}")
+    return match.group(1).replace(",", "")
+
+
+def gsm8k_rows(examples: Iterable[dict], split: str) -> list[dict]:
+    """verl rows from raw GSM8K examples ({"question", "answer"}): the question plus verl's instruction."""
+    rows = []
+    for index, example in enumerate(examples):
+        rows.append({
+            "data_source": GSM8K_SOURCE,
+            "prompt": [{"role": "user", "content": example["question"] + " " + GSM8K_INSTRUCTION}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": extract_gsm8k_ground_truth(example["answer"])},
+            "extra_info": {"split": split, "index": index, "answer": example["answer"],
+                           "question": example["question"]},
+        })
+    return rows
+
+
+def preprocess_gsm8k(out_dir: str | Path, local_dir: str | Path | None = None) -> dict[str, Path]:
+    """Write GSM8K's train/test splits as verl parquet files into `out_dir`.
+
+    Args:
+        out_dir: where train.parquet and test.parquet go.
+        local_dir: a folder with train.jsonl and test.jsonl (GSM8K's own files, columns question and
+            answer). None downloads `openai/gsm8k` ("main") from the Hugging Face hub (needs network).
+    Returns:
+        {"train": path, "test": path}.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if local_dir is None:
+        raw = datasets.load_dataset(GSM8K_SOURCE, "main")
+        splits = {split: list(raw[split]) for split in ("train", "test")}
+    else:
+        splits = {}
+        for split in ("train", "test"):
+            path = Path(local_dir) / f"{split}.jsonl"
+            if not path.exists():
+                raise FileNotFoundError(f"{path} not found: local_dir must hold GSM8K's train.jsonl and test.jsonl.")
+            with path.open() as handle:
+                splits[split] = [json.loads(line) for line in handle if line.strip()]
+    return {split: write_parquet(gsm8k_rows(examples, split), out_dir / f"{split}.parquet")
+            for split, examples in splits.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading and writing parquet files
+# ----------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_datasets():
+    """Hide `datasets`' per-file progress bars (noise for files of a few kB)."""
+    was_enabled = datasets.utils.logging.is_progress_bar_enabled()
+    datasets.utils.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            datasets.utils.logging.enable_progress_bar()
+
+
+def write_parquet(rows: list[dict], path: str | Path) -> Path:
+    """Write rows (dicts) to a parquet file with `datasets`."""
+    if not rows:
+        raise ValueError(f"refusing to write an empty dataset to {path}.")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _quiet_datasets():
+        datasets.Dataset.from_list(rows).to_parquet(str(path))
+    return path
+
+
+def read_parquet(path: str | Path, required_columns: Iterable[str] = REQUIRED_COLUMNS) -> datasets.Dataset:
+    """Read a parquet file and check that it has the columns verl's RL datasets need.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file is not parquet, is empty, or lacks a required column (the message lists
+            the missing ones and points at the preprocessing functions that write the right schema).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"dataset file {path} does not exist. Build one with minirl.data "
+                                "(make_arithmetic_dataset, preprocess_gsm8k) or fix data.train_files.")
+    try:
+        with _quiet_datasets():
+            dataset = datasets.Dataset.from_parquet(str(path))
+    except Exception as error:  # pyarrow raises several types for a file that is not parquet
+        raise ValueError(f"{path} could not be read as parquet ({type(error).__name__}: {error}).") from error
+    missing = [column for column in required_columns if column not in dataset.column_names]
+    if missing:
+        raise ValueError(f"{path} lacks the column(s) {missing} of verl's schema {list(required_columns)}; "
+                         "write it with minirl.data.write_parquet from rows like arithmetic_rows() or gsm8k_rows().")
+    if len(dataset) == 0:
+        raise ValueError(f"{path} holds no rows.")
+    return dataset
+
+
+def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test: int = 200, seed: int = 0,
+                            wrong_fraction: float = 0.4, max_operand: int = 30) -> dict[str, Path]:
+    """Write the tiny task's files: train.parquet, test.parquet (RL), sft.parquet (noisy demos), dpo.parquet."""
+    out_dir = Path(out_dir)
+    train = arithmetic_rows(num_train, "train", seed, max_operand)
+    test = arithmetic_rows(num_test, "test", seed, max_operand)
+    return {
+        "train": write_parquet(train, out_dir / "train.parquet"),
+        "test": write_parquet(test, out_dir / "test.parquet"),
+        "sft": write_parquet(sft_rows(train, wrong_fraction, seed), out_dir / "sft.parquet"),
+        "dpo": write_parquet(preference_pairs(train, seed), out_dir / "dpo.parquet"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenising prompts (verl's RLHFDataset: chat template, left padding, truncation="error")
+# ----------------------------------------------------------------------------------------------
+
+
+def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding: cumsum(mask) - 1, clipped at 0.
+
+    Mirrors `verl/utils/model.py::compute_position_id_with_mask`. Rollout and training must use
+    the same positions, or the recomputed log-probs drift from the sampled ones.
+    """
+    return torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)
+
+
+def encode_prompts(tokenizer, messages: list[list[dict]], max_prompt_length: int) -> dict[str, torch.Tensor]:
+    """Apply the chat template, tokenise, and left-pad a list of prompts to one (B, P) tensor.
+
+    P is the longest prompt in the batch. A prompt longer than `max_prompt_length` raises (verl's
+    default `data.truncation=error`): silently cutting a question changes its answer.
+
+    Returns:
+        {"input_ids", "attention_mask", "position_ids"}, each (B, P).
+    """
+    if not messages:
+        raise ValueError("encode_prompts got an empty batch of prompts.")
+    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
+    encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    longest = max(len(ids) for ids in encoded)
+    if longest > max_prompt_length:
+        raise ValueError(f"a prompt has {longest} tokens, more than data.max_prompt_length={max_prompt_length}; "
+                         "raise data.max_prompt_length or filter long prompts out of the dataset.")
+    input_ids = torch.full((len(encoded), longest), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(encoded), longest), dtype=torch.long)
+    for i, ids in enumerate(encoded):
+        input_ids[i, longest - len(ids):] = torch.tensor(ids)
+        attention_mask[i, longest - len(ids):] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask,
+            "position_ids": compute_position_ids(attention_mask)}

@@ -1,0 +1,210 @@
+"""Verifiable rewards: score a response string against a ground truth, chosen by `data_source`.
+
+Mirrors verl 0.9.1's `verl/utils/reward_score/` (`gsm8k.compute_score`, `default_compute_score`) and
+`verl/workers/reward_manager/naive.py::NaiveRewardManager`. The GSM8K scorer matches verl exactly;
+the boxed-answer scorer is in the spirit of verl's `math_dapo` (normalise, compare, score +1/-1)
+with its own, smaller normaliser. The "writing reward functions" lab reads this file.
+
+A reward function must never raise on a response: the policy can write anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+
+from minirl.core import place_scores_on_last_token
+
+# ----------------------------------------------------------------------------------------------
+# GSM8K: "#### 42" at the end of the answer (verl/utils/reward_score/gsm8k.py)
+# ----------------------------------------------------------------------------------------------
+
+SOLUTION_CLIP_CHARS = 300  # only the end of a response is searched: the final answer lives there
+
+
+def extract_solution(solution_str: str, method: str = "strict") -> str | None:
+    """The final answer of a GSM8K-style response, or None.
+
+        strict:   the last "#### <number>" (a space after ####); commas and "$" removed
+        flexible: the last number-like token anywhere, skipping "" and "."
+
+    Only the last 300 characters are searched, as in verl. verl's flexible mode has a quirk we keep:
+    if every number-like token is "." or "", the last of them is returned (and will not match).
+    """
+    if method not in ("strict", "flexible"):
+        raise ValueError(f"invalid method {method!r}; valid choices: 'strict', 'flexible'.")
+    solution_str = solution_str[-SOLUTION_CLIP_CHARS:]
+    if method == "strict":
+        solutions = re.findall(r"#### (\-?[0-9\.\,]+)", solution_str)
+        return solutions[-1].replace(",", "").replace("$", "") if solutions else None
+    candidates = re.findall(r"(\-?[0-9\.\,]+)", solution_str)
+    final_answer = None
+    for final_answer in reversed(candidates):
+        if final_answer not in ("", "."):
+            break
+    return final_answer
+
+
+def compute_gsm8k_score(
+    solution_str: str, ground_truth: str, method: str = "strict", format_score: float = 0.0, score: float = 1.0
+) -> float:
+    """GSM8K's rule reward (verl's `gsm8k.compute_score`).
+
+        no answer found                -> 0
+        answer == ground_truth         -> score          (exact string equality)
+        an answer, but a wrong one     -> format_score   (partial credit for the format, default 0)
+    """
+    answer = extract_solution(solution_str, method)
+    if answer is None:
+        return 0
+    return score if answer == ground_truth else format_score
+
+
+def format_reward(solution_str: str) -> float:
+    """1.0 if the response ends with a final answer in GSM8K's format ("#### <number>"), else 0.0.
+
+    A format reward checks *how* the model answers, not whether it is right. Mixed with the
+    correctness reward it teaches the format early; alone, it is easy to hack (any number will do).
+    """
+    return 1.0 if re.search(r"#### \-?[0-9][0-9\.\,]*\s*$", solution_str[-SOLUTION_CLIP_CHARS:]) else 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Boxed answers, in the spirit of verl's math_dapo: "... \boxed{42}" scores +1, anything else -1
+# ----------------------------------------------------------------------------------------------
+
+
+def last_boxed_content(text: str) -> str | None:
+    r"""The content of the last \boxed{...} in `text` (braces balanced), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start + len("\\boxed"), len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start + len("\\boxed{") : i]
+    return None  # unbalanced braces
+
+
+def normalize_math_answer(answer: str) -> str:
+    r"""Canonical form of a final answer, so that "$\frac{1}{2}$", "\dfrac12" and " 1/2 " compare equal-ish.
+
+    Takes the text after the last "=", drops "$", spaces, "\left"/"\right", "\!", a trailing ".",
+    unwraps \text{...}, maps \dfrac/\tfrac to \frac, writes \fracab as \frac{a}{b}, and removes the
+    thousands commas of a plain integer ("1,000" -> "1000").
+    """
+    answer = answer.split("=")[-1]
+    for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("$", ""), (" ", ""), ("\\dfrac", "\\frac"),
+                     ("\\tfrac", "\\frac")):
+        answer = answer.replace(old, new)
+    answer = re.sub(r"\\text\{(.*?)\}", r"\1", answer)
+    answer = re.sub(r"\\frac([^{\\])([^{\\])", r"\\frac{\1}{\2}", answer)
+    answer = answer.rstrip(".")
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+", answer):
+        answer = answer.replace(",", "")
+    return answer
+
+
+def compute_math_score(solution_str: str, ground_truth: str) -> dict:
+    r"""+1 if the last \boxed{} answer (or the last "Answer: ..." line) matches the ground truth, else -1.
+
+    Like verl's `math_dapo.compute_score`: only the last 300 characters count, both sides are
+    normalised, and a wrong or missing answer scores -1 (not 0), so that "no answer" is as bad as a
+    wrong one. Returns {"score", "acc", "pred"}; pred is "[INVALID]" when no answer was found.
+    """
+    tail = solution_str[-SOLUTION_CLIP_CHARS:]
+    pred = last_boxed_content(tail)
+    if pred is None:
+        lines = re.findall(r"(?i)Answer\s*:\s*([^\n]+)", tail)
+        pred = lines[-1] if lines else None
+    if pred is None:
+        return {"score": -1.0, "acc": False, "pred": "[INVALID]"}
+    pred = normalize_math_answer(pred)
+    correct = pred == normalize_math_answer(ground_truth)
+    return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
+
+
+# ----------------------------------------------------------------------------------------------
+# Dispatch by data_source (verl/utils/reward_score/__init__.py::default_compute_score)
+# ----------------------------------------------------------------------------------------------
+
+GSM8K_SOURCES = ("openai/gsm8k", "minirl/arithmetic")
+MATH_SOURCES = ("math_dapo", "math", "minirl/boxed")
+
+
+def default_compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None):
+    """Score one response with the rule its dataset asks for.
+
+        openai/gsm8k, minirl/arithmetic  -> compute_gsm8k_score (0/1)
+        math_dapo, math, minirl/boxed    -> compute_math_score ({"score": +-1, "acc", "pred"})
+
+    Raises:
+        ValueError: for an unknown data_source, naming the known ones. (verl raises
+            NotImplementedError.) Pass your own `compute_score` to the reward manager for new data.
+    """
+    if data_source in GSM8K_SOURCES:
+        return float(compute_gsm8k_score(solution_str, ground_truth))
+    if data_source in MATH_SOURCES:
+        return compute_math_score(solution_str, ground_truth)
+    raise ValueError(f"no reward function for data_source {data_source!r}; known: {GSM8K_SOURCES + MATH_SOURCES}. "
+                     "Pass compute_score=your_function to the reward manager to score other data.")
+
+
+# ----------------------------------------------------------------------------------------------
+# The reward manager: decoded responses -> token_level_scores
+# ----------------------------------------------------------------------------------------------
+
+
+class NaiveRewardManager:
+    """Turn a batch of generated responses into `token_level_scores` (verl's naive reward manager).
+
+    For each row: decode the valid response tokens (special tokens skipped), call
+    `compute_score(data_source, solution_str, ground_truth, extra_info)`, and put the score on the
+    last valid response token. A dict result contributes its "score" and every key goes to the
+    extra info (e.g. "acc"); a plain number is logged as "acc" too (as verl's DAPO manager does).
+
+    Args:
+        tokenizer: decodes response ids.
+        compute_score: scoring function; default `default_compute_score`.
+        reward_fn_key: the batch field naming each row's data source.
+    """
+
+    def __init__(self, tokenizer, compute_score: Callable | None = None, reward_fn_key: str = "data_source"):
+        self.tokenizer = tokenizer
+        self.compute_score = compute_score or default_compute_score
+        self.reward_fn_key = reward_fn_key
+
+    def __call__(self, batch: dict) -> tuple[torch.Tensor, dict[str, list]]:
+        """Score a batch.
+
+        Args:
+            batch: a dict with tensors `responses` (B, L) and `response_mask` (B, L), and per-row
+                lists `reward_model` (dicts with "ground_truth"), the `reward_fn_key` field
+                (e.g. `data_source`) and optionally `extra_info`.
+        Returns:
+            (token_level_scores (B, L) float32, extra info: lists of length B, e.g. {"acc": [...]}).
+        """
+        responses, response_mask = batch["responses"], batch["response_mask"]
+        lengths = response_mask.sum(dim=-1).tolist()
+        texts = self.tokenizer.batch_decode(
+            [row[:length].tolist() for row, length in zip(responses, lengths)], skip_special_tokens=True)
+        extra_infos = batch.get("extra_info") or [None] * len(texts)
+        scores, extra = [], defaultdict(list)
+        for text, reward_model, source, info in zip(texts, batch["reward_model"], batch[self.reward_fn_key],
+                                                    extra_infos):
+            result = self.compute_score(data_source=source, solution_str=text,
+                                        ground_truth=reward_model["ground_truth"], extra_info=info)
+            if isinstance(result, dict):
+                score = float(result["score"])
+                for key, value in result.items():
+                    extra[key].append(value)
+            else:
+                score = float(result)
+                extra["acc"].append(score)
+            scores.append(score)
+        token_level_scores = place_scores_on_last_token(torch.tensor(scores, dtype=torch.float32), response_mask)
+        return token_level_scores, dict(extra)

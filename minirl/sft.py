@@ -1,0 +1,205 @@
+"""Supervised fine-tuning (SFT): the warm start every RL chapter begins from.
+
+From a random initialisation an exact-match reward gives almost no signal (no answer is ever
+right), so RL starts from a model that imitated demonstrations first, as InstructGPT and
+DeepSeek-R1 do. Our demonstrations are noisy (a fraction has a wrong answer): imitation alone is
+then capped, and RL has room to beat it. verl's twin is `verl/trainer/fsdp_sft_trainer.py`.
+
+    python -m minirl.sft                      # build (or reuse) the cached default warm start
+    default_warm_start()                      # the same, from Python: returns the model directory
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader, TensorDataset
+from tqdm.auto import tqdm
+
+from minirl import data as data_lib
+from minirl import models
+from minirl.data import compute_position_ids
+from minirl.evaluate import evaluate
+
+
+@dataclass
+class SFTConfig:
+    """Hyperparameters of the SFT warm start (the defaults build the book's tiny warm start)."""
+
+    num_train: int = 2000
+    """Number of training questions (each gets one demonstration)."""
+    num_test: int = 200
+    """Held-out questions for the greedy-accuracy check."""
+    wrong_fraction: float = 0.4
+    """Fraction of demonstrations with a wrong answer (noise that caps imitation)."""
+    max_operand: int = 30
+    """Questions are a+b with 0 <= a, b <= max_operand."""
+    steps: int = 800
+    """Optimizer steps."""
+    batch_size: int = 64
+    """Demonstrations per step."""
+    lr: float = 3e-3
+    """AdamW learning rate (constant after a short linear warm-up)."""
+    warmup_steps: int = 20
+    """Linear learning-rate warm-up."""
+    max_length: int = 48
+    """Maximum prompt + response tokens; longer demonstrations raise an error."""
+    response_length: int = 20
+    """Maximum new tokens when checking accuracy."""
+    seed: int = 0
+    """Seeds the data, the model initialisation and the data order."""
+    model: dict = field(default_factory=dict)
+    """Overrides for minirl.models.build_tiny_model (hidden_size, num_hidden_layers, ...)."""
+
+    def key(self) -> str:
+        """A short hash of the config: the cache key of the warm start it builds."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def tokenize_demonstrations(tokenizer, demos: list[dict], max_length: int) -> dict[str, torch.Tensor]:
+    """Prompt (chat template) + response + EOS, right-padded; the loss mask covers response and EOS.
+
+    Returns {"input_ids", "attention_mask", "position_ids", "loss_mask"}, each (N, T). loss_mask[t]
+    is 1 where token t+1 is a response token, aligned with the logits that predict it.
+    """
+    rows = []
+    for demo in demos:
+        prompt = tokenizer.apply_chat_template(demo["prompt"], tokenize=False, add_generation_prompt=True)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        response_ids = tokenizer(demo["response"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if len(prompt_ids) + len(response_ids) > max_length:
+            raise ValueError(f"a demonstration has {len(prompt_ids) + len(response_ids)} tokens, more than "
+                             f"max_length={max_length}; raise max_length.")
+        rows.append((prompt_ids, response_ids))
+    length = max(len(p) + len(r) for p, r in rows)
+    input_ids = torch.full((len(rows), length), tokenizer.pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    loss_mask = torch.zeros_like(input_ids)
+    for i, (prompt_ids, response_ids) in enumerate(rows):
+        ids = prompt_ids + response_ids
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        attention_mask[i, : len(ids)] = 1
+        loss_mask[i, len(prompt_ids) - 1 : len(ids) - 1] = 1  # logits at t predict token t+1
+    return {"input_ids": input_ids, "attention_mask": attention_mask,
+            "position_ids": compute_position_ids(attention_mask), "loss_mask": loss_mask}
+
+
+def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progress: bool = True):
+    """Train `model` in place on `demos` with the next-token loss on response tokens only.
+
+    Runs through accelerate (Accelerator, prepare, backward), so the same code uses one CPU, a GPU
+    or several processes. The data order is seeded by `config.seed`.
+
+    Returns:
+        A list of per-step training losses.
+    """
+    set_seed(config.seed)
+    accelerator = Accelerator()
+    tensors = tokenize_demonstrations(tokenizer, demos, config.max_length)
+    dataset = TensorDataset(tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"],
+                            tensors["loss_mask"])
+    loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=True, drop_last=True,
+                        generator=torch.Generator().manual_seed(config.seed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    model.train()
+    losses, step = [], 0
+    progress = tqdm(total=config.steps, desc="SFT", disable=not show_progress or not accelerator.is_main_process)
+    while step < config.steps:
+        for input_ids, attention_mask, position_ids, loss_mask in loader:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+            log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            token_log_probs = log_probs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+            mask = loss_mask[:, :-1]
+            loss = -(token_log_probs * mask).sum() / mask.sum()
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+            step += 1
+            progress.update(1)
+            progress.set_postfix(loss=f"{loss.item():.3f}")
+            if step >= config.steps:
+                break
+    progress.close()
+    return accelerator.unwrap_model(model), losses
+
+
+def build_warm_start(out_dir: str | Path, config: SFTConfig | None = None, show_progress: bool = True) -> dict:
+    """Build the tiny task's data, a tiny model, and SFT it; save model + tokenizer + data to `out_dir`.
+
+    Writes `out_dir/` (a Hugging Face model directory), `out_dir/data/{train,test,sft,dpo}.parquet`
+    and `out_dir/warm_start.json` (config, accuracy, timings). Returns that summary.
+    """
+    config = config or SFTConfig()
+    out_dir = Path(out_dir)
+    start = time.perf_counter()
+    paths = data_lib.make_arithmetic_dataset(out_dir / "data", config.num_train, config.num_test, config.seed,
+                                             config.wrong_fraction, config.max_operand)
+    models.save_tiny_model(out_dir, seed=config.seed, **config.model)
+    tokenizer, model = models.load_tokenizer(out_dir), models.load_policy(out_dir)
+    demos = data_lib.read_parquet(paths["sft"], required_columns=("prompt", "response")).to_list()
+    test_rows = data_lib.read_parquet(paths["test"]).to_list()
+    before = evaluate(model, tokenizer, test_rows, config.response_length)
+    model, losses = train_sft(model, tokenizer, demos, config, show_progress)
+    train_seconds = time.perf_counter() - start
+    after = evaluate(model, tokenizer, test_rows, config.response_length)
+    sampled = evaluate(model, tokenizer, test_rows, config.response_length, do_sample=True,
+                       generator=torch.Generator().manual_seed(config.seed))
+    model.save_pretrained(out_dir)
+    summary = {"config": asdict(config), "key": config.key(), "greedy_acc_before": before["acc"],
+               "greedy_acc": after["acc"], "sampled_acc": sampled["acc"], "final_loss": losses[-1],
+               "seconds": round(train_seconds, 1),
+               "data": {name: str(Path(path).relative_to(out_dir)) for name, path in paths.items()}}
+    (out_dir / "warm_start.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def default_cache_dir() -> Path:
+    """Where cached warm starts live: $MINIRL_CACHE_DIR, else ~/.cache/minirl."""
+    return Path(os.environ.get("MINIRL_CACHE_DIR", Path.home() / ".cache" / "minirl"))
+
+
+def default_warm_start(config: SFTConfig | None = None, cache_dir: str | Path | None = None,
+                       show_progress: bool = True) -> Path:
+    """The warm-start model directory for `config`, built on first use and cached by the config's hash.
+
+    The build happens in a temporary directory that is renamed into place when complete, so an
+    interrupted build leaves nothing half-written behind and the next call simply starts over.
+    """
+    config = config or SFTConfig()
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = cache_dir / f"warm_start-{config.key()}"
+    if (target / "warm_start.json").exists():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".building-{config.key()}-", dir=cache_dir))
+    try:
+        build_warm_start(building, config, show_progress)
+        if target.exists():  # a stale, incomplete directory from an older version
+            shutil.rmtree(target)
+        os.replace(building, target)
+    except OSError:
+        if not (target / "warm_start.json").exists():
+            raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target
+
+
+if __name__ == "__main__":
+    path = default_warm_start()
+    print(path)
+    print((path / "warm_start.json").read_text())
