@@ -31,6 +31,8 @@ from minirl import models
 from minirl.data import compute_position_ids
 from minirl.evaluate import evaluate
 
+WARM_START_VERSION = 1  # bump when the build changes, so cached warm starts are rebuilt
+
 
 @dataclass
 class SFTConfig:
@@ -62,8 +64,9 @@ class SFTConfig:
     """Overrides for minirl.models.build_tiny_model (hidden_size, num_hidden_layers, ...)."""
 
     def key(self) -> str:
-        """A short hash of the config: the cache key of the warm start it builds."""
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+        """A short hash of the config (and WARM_START_VERSION): the cache key of the warm start it builds."""
+        content = json.dumps({"version": WARM_START_VERSION, **asdict(self)}, sort_keys=True)
+        return hashlib.sha256(content.encode()).hexdigest()[:12]
 
 
 def tokenize_demonstrations(tokenizer, demos: list[dict], max_length: int) -> dict[str, torch.Tensor]:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from parity import (
+    COMPARED,
     DTYPES,
     Cfg,
     actor_config,
@@ -342,3 +343,61 @@ def test_offpolicy_metrics(seed, dtype):
         theirs = VRC.compute_offpolicy_metrics(old, rollout_log_prob, mask)
         assert_metrics_close("compute_offpolicy_metrics", ours, theirs, dtype, prefix=rc.PREFIX)
         assert len(ours) == len(theirs), f"verl reports {set(theirs) - {k[len(rc.PREFIX):] for k in ours}} too"
+
+
+# ----------------------------------------------------------------------------------------------
+# Rewards (verl/utils/reward_score/gsm8k.py) and the naive reward manager's placement
+# ----------------------------------------------------------------------------------------------
+
+
+def test_gsm8k_score_matches_verl_on_tricky_and_random_strings():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from verl.utils.reward_score import gsm8k as verl_gsm8k
+
+    from minirl import rewards
+
+    tricky = ["#### 19", "####19", "#### 1,9", "#### $19", "19.", ".", "a . b", "#### -3.5 and #### 4",
+              "x" * 400 + "#### 19", "#### 19" + "y" * 300, "", "no digits", "12+7=19 #### 19"]
+    for text in tricky:
+        for method in ("strict", "flexible"):
+            for truth in ("19", "4", "."):
+                ours = rewards.compute_gsm8k_score(text, truth, method, format_score=0.1)
+                theirs = verl_gsm8k.compute_score(text, truth, method, format_score=0.1)
+                assert ours == theirs, (text, method, truth)
+                assert_close("compute_gsm8k_score", ours, theirs)
+
+    @settings(max_examples=300, deadline=None)
+    @given(text=st.text(alphabet="0123456789#.,$- ab\n", max_size=60))
+    def random_strings(text):
+        for method in ("strict", "flexible"):
+            assert rewards.extract_solution(text, method) == verl_gsm8k.extract_solution(text, method)
+            COMPARED["extract_solution"] += 1
+
+    random_strings()
+
+
+def test_reward_manager_matches_verl_naive_manager():
+    from verl.workers.reward_manager.naive import NaiveRewardManager as VerlNaive
+
+    from minirl import models, rewards
+    from minirl.core import get_response_mask
+
+    tokenizer = models.build_tokenizer()
+    texts = ["1+2=3 #### 3", "1+2=4 #### 4", "3", "#### 3 #### 3", ""]
+    responses = [tokenizer(t + tokenizer.eos_token)["input_ids"] for t in texts]
+    width = max(map(len, responses)) + 2
+    responses = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in responses])
+    response_mask = get_response_mask(responses, tokenizer.eos_token_id)
+    prompts = torch.full((len(texts), 4), tokenizer.pad_token_id)
+    prompt_mask = torch.tensor([[0, 0, 1, 1]] * len(texts))
+    batch = {"responses": responses, "response_mask": response_mask, "data_source": ["openai/gsm8k"] * len(texts),
+             "reward_model": [{"ground_truth": "3"}] * len(texts)}
+    ours, _ = rewards.NaiveRewardManager(tokenizer)(batch)
+    data = DataProto.from_dict(
+        tensors={"prompts": prompts, "responses": responses,
+                 "attention_mask": torch.cat([prompt_mask, response_mask], dim=1)},
+        non_tensors={"data_source": np.array(batch["data_source"], dtype=object),
+                     "reward_model": np.array(batch["reward_model"], dtype=object)})
+    theirs = VerlNaive(tokenizer, num_examine=0)(data)
+    assert_close("NaiveRewardManager token_level_scores", ours, theirs)

@@ -1,0 +1,70 @@
+"""SFT warm start: the loss mask, a seeded run that learns, and the atomic cache."""
+
+import json
+
+import pytest
+import torch
+
+from minirl import data, models, sft
+
+SMALL = sft.SFTConfig(num_train=200, num_test=40, steps=40, batch_size=32, lr=3e-3)
+
+
+def test_loss_mask_covers_the_response_and_its_eos_only():
+    tokenizer = models.build_tokenizer()
+    demo = {"prompt": [{"role": "user", "content": "1+2=?"}], "response": "1+2=3 #### 3"}
+    out = sft.tokenize_demonstrations(tokenizer, [demo], max_length=64)
+    ids, mask = out["input_ids"][0], out["loss_mask"][0]
+    targets = ids[1:][mask[:-1].bool()]  # the tokens the masked logits predict
+    assert tokenizer.decode(targets) == "1+2=3 #### 3</s>"
+    with pytest.raises(ValueError, match="max_length"):
+        sft.tokenize_demonstrations(tokenizer, [demo], max_length=10)
+
+
+def test_short_sft_run_lowers_the_loss(tmp_path):
+    models.save_tiny_model(tmp_path)
+    tokenizer, model = models.load_tokenizer(tmp_path), models.load_policy(tmp_path)
+    demos = data.sft_rows(data.arithmetic_rows(200, "train"), wrong_fraction=0.4)
+    _, losses = sft.train_sft(model, tokenizer, demos, SMALL, show_progress=False)
+    assert len(losses) == SMALL.steps
+    assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, losses
+
+
+def test_default_warm_start_learns_into_the_target_range(tmp_path):
+    """The book's default warm start: greedy accuracy in [0.3, 0.9] on held-out questions."""
+    summary = sft.build_warm_start(tmp_path / "warm", sft.SFTConfig(), show_progress=False)
+    assert summary["greedy_acc_before"] < 0.05
+    assert 0.3 <= summary["greedy_acc"] <= 0.9, summary
+    assert models.load_policy(tmp_path / "warm") is not None
+    assert json.loads((tmp_path / "warm" / "warm_start.json").read_text())["greedy_acc"] == summary["greedy_acc"]
+
+
+def test_warm_start_cache_is_reused_and_interrupted_builds_leave_nothing(tmp_path, monkeypatch):
+    first = sft.default_warm_start(SMALL, cache_dir=tmp_path, show_progress=False)
+    stamp = (first / "warm_start.json").stat().st_mtime_ns
+    assert sft.default_warm_start(SMALL, cache_dir=tmp_path, show_progress=False) == first
+    assert (first / "warm_start.json").stat().st_mtime_ns == stamp  # not rebuilt
+
+    other = sft.SFTConfig(**{**SMALL.__dict__, "seed": 1})
+
+    def interrupted(out_dir, config, show_progress):
+        (out_dir / "half-written").write_text("x")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sft, "build_warm_start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sft.default_warm_start(other, cache_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]
+    assert other.key() != SMALL.key()
+
+
+def test_sft_is_seeded(tmp_path):
+    demos = data.sft_rows(data.arithmetic_rows(100, "train"))
+    config = sft.SFTConfig(steps=5, batch_size=16)
+    results = []
+    for run in range(2):
+        models.save_tiny_model(tmp_path / str(run))
+        model = models.load_policy(tmp_path / str(run))
+        _, losses = sft.train_sft(model, models.load_tokenizer(tmp_path / str(run)), demos, config, show_progress=False)
+        results.append((losses, next(model.parameters()).detach().clone()))
+    assert results[0][0] == results[1][0] and torch.equal(results[0][1], results[1][1])
