@@ -46,7 +46,7 @@ class SFTConfig:
     """Fraction of demonstrations with a wrong answer (noise that caps imitation)."""
     max_operand: int = 30
     """Questions are a+b with 0 <= a, b <= max_operand."""
-    steps: int = 800
+    steps: int = 1000
     """Optimizer steps."""
     batch_size: int = 64
     """Demonstrations per step."""
