@@ -340,12 +340,17 @@ LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-tok
 
 
 def agg_loss(
-    loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, loss_scale_factor: float | None = None
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    dp_size: int = 1,
+    batch_num_tokens: float | None = None,
+    global_batch_size: float | None = None,
+    loss_scale_factor: float | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss matrix to the scalar that is back-propagated.
 
-    Mirrors `verl/trainer/ppo/core_algos.py::agg_loss` with one process (dp_size=1) and no global
-    token/sequence counts, so every mode normalises by what is in this (micro-)batch.
+    Mirrors `verl/trainer/ppo/core_algos.py::agg_loss` (verl 0.9.1, same arguments).
     With S_i = sum_t m_it * l_it (the token sum of sequence i), T = sum_it m_it, and G = the number
     of sequences with at least one valid token:
 
@@ -358,12 +363,21 @@ def agg_loss(
     Fully masked rows are left out of G. In verl 0.9.1, seq-mean-token-sum-norm divides by G and K
     (older verl divided by K only).
 
-    verl differs: with no valid token at all it returns NaN (0 / 0); minirl raises ValueError.
+    With several data-parallel processes, each holds part of a mini-batch. Pass the *global* T
+    (`batch_num_tokens`) or G (`global_batch_size`) of the whole mini-batch and `dp_size`: each
+    process's loss is then multiplied by dp_size, so that after the gradient all-reduce (an average
+    over processes) the result is the exact loss of the whole mini-batch, however the tokens were
+    split. With one process and no counts, everything is normalised by this batch.
+
+    verl differs: with no valid token and no global count it returns NaN (0 / 0); minirl raises.
 
     Args:
         loss_mat: (B, L) per-token loss.
         loss_mask: (B, L) 1 for tokens that count.
         loss_agg_mode: one of LOSS_AGG_MODES.
+        dp_size: number of data-parallel processes sharing the mini-batch.
+        batch_num_tokens: T of the whole mini-batch across processes (token-mean).
+        global_batch_size: G of the whole mini-batch across processes (seq-mean modes).
         loss_scale_factor: K for seq-mean-token-sum-norm; None uses L = loss_mask.shape[-1]. A
             constant (e.g. max_response_length) keeps the scale fixed across batches.
     Returns:
@@ -371,20 +385,26 @@ def agg_loss(
     """
     check_choice("loss_agg_mode", loss_agg_mode, LOSS_AGG_MODES)
     check_same_shape(loss_mat=loss_mat, loss_mask=loss_mask)
-    if loss_agg_mode != "token-sum" and not loss_mask.any():
+    if dp_size > 1 and loss_agg_mode == "token-mean" and batch_num_tokens is None:
+        raise ValueError("agg_loss: with dp_size > 1, token-mean needs batch_num_tokens (the global token count).")
+    if dp_size > 1 and loss_agg_mode.startswith("seq-mean") and global_batch_size is None:
+        raise ValueError("agg_loss: with dp_size > 1, seq-mean modes need global_batch_size (the global count).")
+    if loss_agg_mode != "token-sum" and batch_num_tokens is None and global_batch_size is None and not loss_mask.any():
         # verl returns 0/0 = NaN here, which silently poisons the weights after backward.
         raise ValueError(f"agg_loss: loss_mask has no valid token, so {loss_agg_mode} would divide by zero. "
                          "Skip this (micro-)batch, or check that rejection sampling did not mask everything.")
     if loss_agg_mode == "token-mean":
-        return masked_sum(loss_mat, loss_mask) / loss_mask.sum()
+        tokens = loss_mask.sum() if batch_num_tokens is None else batch_num_tokens
+        return masked_sum(loss_mat, loss_mask) / tokens * dp_size
     if loss_agg_mode == "token-sum":
-        return masked_sum(loss_mat, loss_mask)
+        return masked_sum(loss_mat, loss_mask) * dp_size
     tokens_per_seq = loss_mask.sum(dim=-1)
     seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)  # S_i
     if loss_agg_mode == "seq-mean-token-mean":
         seq_losses = seq_losses / (tokens_per_seq + 1e-8)
     seq_valid = (tokens_per_seq > 0).float()  # fully masked rows do not count as sequences
-    loss = masked_sum(seq_losses, seq_valid) / seq_valid.sum()
+    sequences = seq_valid.sum() if global_batch_size is None else global_batch_size
+    loss = masked_sum(seq_losses, seq_valid) / sequences * dp_size
     if loss_agg_mode == "seq-mean-token-sum-norm":
         loss = loss / (loss_scale_factor if loss_scale_factor is not None else loss_mask.shape[-1])
     return loss

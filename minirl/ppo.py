@@ -26,6 +26,7 @@ def compute_policy_loss(
     clip_ratio_high: float = 0.2,
     clip_ratio_c: float = 3.0,
     rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: dict | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO's clipped surrogate loss (to minimise), with decoupled clip range and dual clip.
 
@@ -54,6 +55,8 @@ def compute_policy_loss(
         clip_ratio_low, clip_ratio_high: eps below and above 1 (DAPO's clip-higher: 0.2 / 0.28).
         clip_ratio_c: dual-clip bound, must be > 1.
         rollout_is_weights: (B, L) optional importance weights from rollout correction (detached).
+        global_batch_info: {"dp_size", "batch_num_tokens", "global_batch_size"} for several processes,
+            passed on to `agg_loss` (verl's `config.global_batch_info`); None for one process.
     Returns:
         (pg_loss, metrics): a scalar tensor, and floats `actor/pg_clipfrac` (fraction of tokens where
         the clip was active), `actor/ppo_kl` (mean of old - new log-prob, an estimate of KL(old||new))
@@ -78,7 +81,7 @@ def compute_policy_loss(
     pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **(global_batch_info or {}))
     metrics = {
         "actor/pg_clipfrac": pg_clipfrac.item(),
         "actor/ppo_kl": ppo_kl.item(),
@@ -94,10 +97,14 @@ def compute_value_loss(
     response_mask: torch.Tensor,
     cliprange_value: float,
     loss_agg_mode: str = "token-mean",
+    dp_size: int = 1,
+    batch_num_tokens: float | None = None,
+    global_batch_size: float | None = None,
+    loss_scale_factor: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The critic's clipped value loss.
 
-    Mirrors `verl/trainer/ppo/core_algos.py::compute_value_loss` (single process).
+    Mirrors `verl/trainer/ppo/core_algos.py::compute_value_loss` (verl 0.9.1).
 
         V_clip  = clip(vpreds, values - c, values + c)          c = cliprange_value (critic.cliprange_value)
         vf_loss = 0.5 * agg_loss(max((vpreds - R)^2, (V_clip - R)^2))
@@ -111,7 +118,8 @@ def compute_value_loss(
         values: (B, L) critic predictions made at rollout time.
         response_mask: (B, L).
         cliprange_value: c.
-        loss_agg_mode: see `minirl.core.agg_loss`.
+        loss_agg_mode, dp_size, batch_num_tokens, global_batch_size, loss_scale_factor: see
+            `minirl.core.agg_loss`.
     Returns:
         (vf_loss, vf_clipfrac): scalar loss and the fraction of tokens where the clipped error was larger.
     """
@@ -119,7 +127,8 @@ def compute_value_loss(
     vpredclipped = clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
     vf_losses1 = (vpreds - returns) ** 2
     vf_losses2 = (vpredclipped - returns) ** 2
-    vf_loss = 0.5 * agg_loss(torch.max(vf_losses1, vf_losses2), response_mask, loss_agg_mode)
+    vf_loss = 0.5 * agg_loss(torch.max(vf_losses1, vf_losses2), response_mask, loss_agg_mode, dp_size,
+                             batch_num_tokens, global_batch_size, loss_scale_factor)
     vf_clipfrac = masked_mean(torch.gt(vf_losses2, vf_losses1).float(), response_mask)
     return vf_loss, vf_clipfrac
 

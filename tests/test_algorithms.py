@@ -42,6 +42,18 @@ def test_agg_loss_modes_by_hand():
     assert core.agg_loss(loss, MASK, "seq-mean-token-sum-norm", loss_scale_factor=10).item() == pytest.approx(0.75)
 
 
+@pytest.mark.parametrize("mode", core.LOSS_AGG_MODES)
+def test_agg_loss_split_over_processes_averages_to_the_whole_batch(mode):
+    """Two 'processes' with global counts and dp_size=2: the mean of their losses is the whole-batch loss."""
+    loss, mask, _ = ragged(4, batch=6)
+    whole = core.agg_loss(loss, mask, mode)
+    info = dict(dp_size=2, batch_num_tokens=mask.sum(), global_batch_size=(mask.sum(-1) > 0).sum())
+    parts = [core.agg_loss(loss[rows], mask[rows], mode, **info) for rows in (slice(0, 2), slice(2, 6))]
+    assert torch.allclose((parts[0] + parts[1]) / 2, whole)
+    with pytest.raises(ValueError, match="dp_size > 1"):
+        core.agg_loss(loss, mask, mode if mode != "token-sum" else "token-mean", dp_size=2)
+
+
 def test_agg_loss_leaves_fully_masked_rows_out_of_the_sequence_count():
     loss = torch.ones(3, 4)
     mask = torch.tensor([[1, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 0]])

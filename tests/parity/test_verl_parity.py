@@ -93,6 +93,10 @@ def test_agg_loss(mode, seed, dtype):
     for factor in (None, 64):
         assert_close("agg_loss", core.agg_loss(loss_mat, mask, mode, loss_scale_factor=factor),
                      V.agg_loss(loss_mat, mask, mode, loss_scale_factor=factor), dtype)
+    # data-parallel form: this rank holds part of a mini-batch with global counts T and G
+    info = dict(dp_size=4, batch_num_tokens=int(mask.sum()) * 3, global_batch_size=mask.shape[0] * 3)
+    assert_close("agg_loss (dp_size, global counts)", core.agg_loss(loss_mat, mask, mode, **info),
+                 V.agg_loss(loss_mat, mask, mode, **info), dtype)
 
 
 def grad_of(fn, leaf):
@@ -114,10 +118,14 @@ def test_policy_loss_values_metrics_and_gradients(low, high, c, with_is, mode, s
     new = old + torch.randn(adv.shape, generator=g, dtype=dtype) * 0.4  # ratios spread around 1: clipping happens
     new[0, :2] = old[0, :2] + torch.tensor([30.0, -30.0], dtype=dtype)  # exercise the +-20 clamp
     weights = torch.rand(adv.shape, generator=g, dtype=dtype) * 2 if with_is else None
+    info = {"dp_size": 2, "batch_num_tokens": int(mask.sum()) * 2, "global_batch_size": mask.shape[0] * 2} \
+        if with_is else {}
     (ours, ours_m), ours_g = grad_of(lambda lp: ppo.compute_policy_loss(
-        old, lp, adv, mask, mode, low, high, c, rollout_is_weights=weights), new)
+        old, lp, adv, mask, mode, low, high, c, rollout_is_weights=weights, global_batch_info=info), new)
+    config = actor_config(low, high, c)
+    config.global_batch_info = info
     (theirs, theirs_m), theirs_g = grad_of(lambda lp: V.compute_policy_loss_vanilla(
-        old, lp, adv, mask, mode, actor_config(low, high, c), rollout_is_weights=weights), new)
+        old, lp, adv, mask, mode, config, rollout_is_weights=weights), new)
     assert_close("compute_policy_loss", ours, theirs, dtype)
     assert_close("compute_policy_loss grad", ours_g, theirs_g, dtype)
     assert_metrics_close("compute_policy_loss", ours_m, theirs_m, dtype)
@@ -130,9 +138,11 @@ def test_value_and_entropy_losses(mode, seed, dtype):
     returns, mask, g = ragged_batch(seed, dtype)
     values = torch.randn(returns.shape, generator=g, dtype=dtype)
     vpreds = values + torch.randn(returns.shape, generator=g, dtype=dtype)
-    (ours, ours_frac), ours_g = grad_of(lambda v: ppo.compute_value_loss(v, returns, values, mask, 0.5, mode), vpreds)
-    (theirs, theirs_frac), theirs_g = grad_of(lambda v: V.compute_value_loss(v, returns, values, mask, 0.5, mode),
-                                              vpreds)
+    info = {} if seed % 2 else dict(dp_size=2, batch_num_tokens=int(mask.sum()) + 5, global_batch_size=mask.shape[0])
+    (ours, ours_frac), ours_g = grad_of(lambda v: ppo.compute_value_loss(v, returns, values, mask, 0.5, mode, **info),
+                                        vpreds)
+    (theirs, theirs_frac), theirs_g = grad_of(
+        lambda v: V.compute_value_loss(v, returns, values, mask, 0.5, mode, **info), vpreds)
     assert_close("compute_value_loss", ours, theirs, dtype)
     assert_close("compute_value_loss vf_clipfrac", ours_frac, theirs_frac, dtype)
     assert_close("compute_value_loss grad", ours_g, theirs_g, dtype)
