@@ -1,0 +1,48 @@
+"""Command line: `python -m minirl train [key=value ...]` (verl's override syntax).
+
+    python -m minirl train                                   # the tiny task, GRPO, from the cached warm start
+    python -m minirl train algorithm.adv_estimator=rloo trainer.total_training_steps=50
+    accelerate launch --num_processes 2 --cpu -m minirl train ...   # several processes
+    python -m minirl warm-start                              # build (or show) the cached SFT warm start
+    python -m minirl plot runs/minirl                        # learning curves of a run, saved as PNG
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "train":
+        from minirl.trainer import train
+
+        try:
+            train(rest)
+        except ValueError as error:  # config problems: say what to change, no traceback
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
+    if command == "warm-start":
+        from minirl.sft import default_warm_start
+
+        path = default_warm_start()
+        print(path)
+        print((path / "warm_start.json").read_text())
+        return 0
+    if command == "plot":
+        from minirl.plot import plot_runs
+
+        out = plot_runs(rest or ["runs/minirl"], save_to=(rest or ["runs/minirl"])[0] + "/curves.png")
+        print(f"saved {out}")
+        return 0
+    print(f"unknown command {command!r}; use train, warm-start or plot (see python -m minirl --help)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
