@@ -206,9 +206,10 @@ class PPOTrainer:
         if cfg.algorithm.adv_estimator == "remax":
             with timer("gen_max", timing):  # the greedy answer to each (un-repeated) prompt is the baseline
                 gen_batch.meta_info = self._generation_meta(seed, greedy=True)
-                greedy = batch.union(self.rollout.generate_sequences(gen_batch).union(
-                    DataProto(batch={"input_ids": batch["input_ids"]})))
-                baseline_scores, _ = self._reward(greedy)
+                greedy = self.rollout.generate_sequences(gen_batch)
+                baseline_scores, _ = self._reward(DataProto(
+                    batch={k: greedy[k] for k in ("responses", "response_mask")},
+                    non_tensor_batch=batch.non_tensor_batch))
                 batch.batch["reward_baselines"] = baseline_scores.sum(-1)
         batch = batch.repeat(n, interleave=True)
         batch.batch.pop("input_ids"), batch.batch.pop("attention_mask"), batch.batch.pop("position_ids")

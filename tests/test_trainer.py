@@ -1,0 +1,192 @@
+"""The trainer: config and overrides, learning (seeded), resume, corrupt checkpoints, two processes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from minirl import config as config_lib
+from minirl import models
+from minirl.plot import load_metrics, plot_runs
+from minirl.trainer import LATEST_FILE, PPOTrainer, train
+
+REPO = Path(__file__).resolve().parents[1]
+VAL = "val-core/minirl/arithmetic/acc/mean@1"
+QUIET = ["trainer.logger=[]", "trainer.resume_mode=disable"]
+
+
+def run(tmp_path, *overrides, name="run"):
+    return train([f"trainer.default_local_dir={tmp_path / name}", *QUIET, *overrides], show_progress=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# Config
+# ----------------------------------------------------------------------------------------------
+
+
+def test_defaults_and_overrides_change_only_what_they_name():
+    default = config_lib.load_config([])
+    changed = config_lib.load_config(["algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=4"])
+    assert (default.algorithm.adv_estimator, default.actor_rollout_ref.rollout.n) == ("grpo", 8)
+    assert (changed.algorithm.adv_estimator, changed.actor_rollout_ref.rollout.n) == ("rloo", 4)
+    changed.algorithm.adv_estimator, changed.actor_rollout_ref.rollout.n = "grpo", 8
+    assert changed == default
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["algorithm.adv_estimatr=gae"], "Did you mean algorithm.adv_estimator"),
+    (["actor_rollout_ref.rollout.n=1"], "rollout.n >= 2"),
+    (["algorithm.adv_estimator=gae", "critic.enable=false"], "needs a critic"),
+    (["actor_rollout_ref.actor.ppo_mini_batch_size=5"], "must divide data.train_batch_size"),
+    (["actor_rollout_ref.actor.clip_ratio_low=1.2"], "clip_ratio_low must be in [0, 1)"),
+    (["actor_rollout_ref.actor.clip_ratio_c=0.5"], "clip_ratio_c must be > 1"),
+    (["algorithm.adv_estimator=ppo"], "gae, grpo, rloo"),
+    (["actor_rollout_ref.actor.loss_agg_mode=mean"], "token-mean"),
+    (["data.train_batch_size=many"], "could not be converted"),
+    (["trainer.logger=[console,mlflow]"], "console, tensorboard, wandb"),
+    (["no_equals_sign"], "key=value"),
+])
+def test_bad_config_says_what_to_change(overrides, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        config_lib.load_config(overrides)
+
+
+def test_cli_reports_config_errors_without_a_traceback():
+    proc = subprocess.run([sys.executable, "-m", "minirl", "train", "algorithm.adv_estimatr=gae"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Did you mean algorithm.adv_estimator" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# It learns: seeded runs from the cached warm start on the tiny task
+# ----------------------------------------------------------------------------------------------
+
+MARGIN = 0.15  # validation (greedy) accuracy must rise by at least this much
+STEPS = 40
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus", "remax", "gae"])
+def test_estimator_raises_validation_accuracy(tmp_path, estimator):
+    history = run(tmp_path, f"algorithm.adv_estimator={estimator}", f"trainer.total_training_steps={STEPS}",
+                  f"trainer.test_freq={STEPS}")
+    before, after = history[0][VAL], history[-1][VAL]
+    assert after - before >= MARGIN, f"{estimator}: validation accuracy {before:.3f} -> {after:.3f}"
+    records = load_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == list(range(STEPS + 1))
+    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
+                "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "response_length/mean",
+                "response_length/clip_ratio", "timing_s/gen", "timing_s/update_actor", "rollout_corr/kl"):
+        assert key in records[-1], key
+    if estimator == "gae":
+        assert "critic/vf_loss" in records[-1] and "critic/vf_explained_var" in records[-1]
+
+
+def test_every_optional_stage_runs(tmp_path):
+    """KL in reward (adaptive), KL loss, entropy bonus, rollout correction (IS + RS), DAPO filter, 2 epochs."""
+    history = run(tmp_path, "trainer.total_training_steps=2", "trainer.test_freq=-1",
+                  "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+                  "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.entropy_coeff=0.01",
+                  "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_rs=token_k1",
+                  "algorithm.rollout_correction.rollout_rs_threshold=2.0", "algorithm.filter_groups.enable=true",
+                  "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.clip_ratio_high=0.28",
+                  "data.gen_batch_size=16")
+    last = history[-1]
+    for key in ("actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "actor/kl_loss", "actor/entropy_loss",
+                "rollout_corr/rollout_is_mean", "rollout_corr/rollout_rs_masked_fraction", "train/num_gen_batches"):
+        assert key in last, key
+    assert last["actor/reward_kl_penalty_coeff"] != 0.001  # the adaptive coefficient moved
+
+
+def test_tensorboard_logger_and_plot(tmp_path):
+    train([f"trainer.default_local_dir={tmp_path / 'tb'}", "trainer.logger=[console,tensorboard]",
+           "trainer.total_training_steps=2", "trainer.test_freq=1", "trainer.resume_mode=disable"], show_progress=False)
+    assert list((tmp_path / "tb").rglob("events.out.tfevents*"))
+    png = plot_runs([tmp_path / "tb"], save_to=tmp_path / "curves.png")
+    assert png.stat().st_size > 5000
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints and resume
+# ----------------------------------------------------------------------------------------------
+
+RESUME_ARGS = ["trainer.total_training_steps=4", "trainer.save_freq=2", "trainer.test_freq=-1", "trainer.logger=[]",
+               "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+
+
+def test_killed_run_resumes_to_the_same_metrics(tmp_path):
+    uninterrupted = train([f"trainer.default_local_dir={tmp_path / 'full'}", *RESUME_ARGS], show_progress=False)
+
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={run_dir}",
+                             *RESUME_ARGS, "trainer.progress_bar=false"], cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (run_dir / LATEST_FILE).exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # killed right after the step-2 checkpoint
+    proc.wait()
+    assert (run_dir / LATEST_FILE).read_text() == "2"
+
+    resumed = train([f"trainer.default_local_dir={run_dir}", *RESUME_ARGS], show_progress=False)
+    assert [r["step"] for r in resumed] == [3, 4]
+    for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
+        assert resumed[-1][key] == pytest.approx(uninterrupted[-1][key], rel=1e-5, abs=1e-7), key
+
+
+def test_corrupt_latest_checkpoint_is_a_clear_error_and_keeps_the_earlier_one(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [f"trainer.default_local_dir={run_dir}", "trainer.total_training_steps=2", "trainer.save_freq=1",
+            "trainer.test_freq=-1", "trainer.logger=[]", "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    train(args, show_progress=False)
+    (run_dir / "global_step_2" / "actor_optimizer.pt").write_bytes(b"truncated")
+    with pytest.raises(RuntimeError, match="global_step_1") as info:
+        PPOTrainer(config_lib.load_config(args + ["trainer.total_training_steps=3"]), show_progress=False).fit()
+    assert "resume_mode=disable" in str(info.value)
+    assert (run_dir / "global_step_1" / "actor" / "config.json").exists()
+    assert not list(run_dir.glob(".tmp-*"))
+    assert json.loads((run_dir / "global_step_1" / "trainer_state.json").read_text())["global_step"] == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Several processes
+# ----------------------------------------------------------------------------------------------
+
+
+def accelerate_launch(*args, timeout=600):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_two_process_update_equals_one_process_update(tmp_path):
+    model_dir = models.save_tiny_model(tmp_path / "model")
+    one = subprocess.run([sys.executable, "tests/dp_update.py", str(model_dir), str(tmp_path / "one.pt")], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = accelerate_launch("tests/dp_update.py", str(model_dir), str(tmp_path / "two.pt"))
+    assert two.returncode == 0, two.stderr[-3000:]
+    before = models.load_policy(model_dir).state_dict()
+    w1, w2 = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    moved = max((w1[k] - before[k]).abs().max().item() for k in w1)
+    assert moved > 1e-3, "the update did not change the weights"
+    for key in w1:
+        assert torch.allclose(w1[key], w2[key], atol=1e-5, rtol=1e-4), key
+
+
+def test_two_process_training_run_completes(tmp_path):
+    proc = accelerate_launch("-m", "minirl", "train", f"trainer.default_local_dir={tmp_path / 'ddp'}",
+                             "trainer.total_training_steps=2", "trainer.test_freq=2", "trainer.save_freq=2",
+                             "trainer.logger=[]", "trainer.progress_bar=false", "trainer.resume_mode=disable")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = load_metrics(tmp_path / "ddp")
+    assert [r["step"] for r in records] == [0, 1, 2]  # logged once, by rank 0
+    assert (tmp_path / "ddp" / "global_step_2" / "actor" / "config.json").exists()
