@@ -1,6 +1,6 @@
 # minirl: every command creates .venv and installs what it needs on first use.
 #
-#   make demo    the main job (today: build the book site; once the RL engine lands: a training run)
+#   make demo    the flagship run: SFT warm start, then GRPO on the tiny task; prints and plots the curve
 #   make test    the whole test suite, grading solutions/ (what CI runs)
 #   make book    build the site with `mkdocs build --strict` into site/
 #   make serve   serve the site at http://127.0.0.1:8000
@@ -40,9 +40,10 @@ $(VERL_INSTALLED): tests/parity/requirements.txt pyproject.toml
 	{ echo "ERROR: could not install verl 0.9.1 for the parity tests (see pip's message above)."; exit 1; }
 	touch $@
 
-demo: book
-	@echo
-	@echo "The book is built in site/. Read it with: make serve  (then open http://127.0.0.1:8000)"
+demo: install
+	$(PY) -m minirl train trainer.default_local_dir=runs/demo trainer.experiment_name=demo \
+		trainer.total_training_steps=60 trainer.test_freq=10 trainer.resume_mode=disable
+	$(PY) -m minirl plot runs/demo
 
 test: install $(VERL_INSTALLED)
 	$(PY) -m ruff check .

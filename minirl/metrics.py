@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from minirl.protocol import DataProto
 
@@ -114,7 +115,7 @@ class Tracking:
             self.accelerator.log(metrics, step=step)
         if self.console and any(key.startswith("val-") for key in metrics):
             shown = {k: round(v, 4) for k, v in metrics.items() if k.startswith("val-core")}
-            print(f"step {step}: {shown}", flush=True)
+            tqdm.write(f"step {step}: {shown}")
 
     def finish(self) -> None:
         if self.uses_trackers:
