@@ -7,6 +7,7 @@
 #   make lab     open the chapters in JupyterLab
 #   make grade   grade YOUR exercises/ and print a progress table
 #   make parity  compare minirl with verl 0.9.1 itself (its own venv, .venv-verl; part of make test)
+#   make bench   benchmarks: core ops vs verl, learning speed per estimator, minirl vs TRL (minutes)
 #
 # On a GPU machine, choose the torch build, e.g.
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
@@ -21,7 +22,7 @@ VERL_VENV  ?= .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_INSTALLED := $(VERL_VENV)/.installed
 
-.PHONY: install demo test parity book serve lab grade clean
+.PHONY: install demo test parity bench book serve lab grade clean
 
 install: $(INSTALLED)
 
@@ -52,6 +53,12 @@ test: install $(VERL_INSTALLED)
 
 parity: $(VERL_INSTALLED)
 	$(VERL_PY) -m pytest tests/parity
+
+bench: install $(VERL_INSTALLED)
+	$(PY) -m pip install --quiet -e ".[dev,bench]"
+	$(VERL_PY) bench/core_ops.py
+	$(PY) bench/learning.py
+	$(PY) bench/vs_trl.py
 
 book: install
 	$(PY) -m mkdocs build --strict
