@@ -52,9 +52,9 @@ def main():
         at = dict(zip(r["steps"], r["acc"]))
         reach = next((s for s, a in zip(r["steps"], r["acc"]) if a >= 0.75), None)
         per_step = r["seconds"][-1] / max(r["steps"][-1], 1)
+        reach_text = reach if reach is not None else f">{args.steps}"
         print(f"| {estimator} | {at[0]:.3f} | {at.get(20, float('nan')):.3f} | {at.get(50, float('nan')):.3f} | "
-              f"{r['acc'][-1]:.3f} | {r['acc'][-1] - at[0]:+.3f} | {reach if reach is not None else '>' + str(args.steps)} "
-              f"| {per_step:.2f} |")
+              f"{r['acc'][-1]:.3f} | {r['acc'][-1] - at[0]:+.3f} | {reach_text} | {per_step:.2f} |")
 
     import matplotlib
 

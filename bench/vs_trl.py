@@ -41,7 +41,8 @@ def validation_accuracy(model_dir: Path, rows: list[dict]) -> float:
 def run_minirl(steps: int, out: Path) -> tuple[float, Path]:
     run_dir = out / "vs_trl-minirl"
     start = time.perf_counter()
-    train([f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={run_dir}", f"trainer.save_freq={steps}",
+    train([f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={run_dir}",
+           f"trainer.save_freq={steps}",
            "trainer.test_freq=-1", "trainer.resume_mode=disable", "trainer.logger=[]",
            f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
            f"actor_rollout_ref.rollout.n={SAMPLES}", f"actor_rollout_ref.actor.optim.lr={LR}",
