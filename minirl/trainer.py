@@ -212,7 +212,8 @@ class PPOTrainer:
                     non_tensor_batch=batch.non_tensor_batch))
                 batch.batch["reward_baselines"] = baseline_scores.sum(-1)
         batch = batch.repeat(n, interleave=True)
-        batch.batch.pop("input_ids"), batch.batch.pop("attention_mask"), batch.batch.pop("position_ids")
+        for key in ("input_ids", "attention_mask", "position_ids"):  # the rollout returns prompt + response
+            batch.batch.pop(key)
         batch = batch.union(gen_output)
         with timer("reward", timing):
             scores, extra = self._reward(batch)
