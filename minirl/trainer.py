@@ -291,6 +291,10 @@ class PPOTrainer:
                 metrics.update(self.actor.update_actor(batch, generator))
         metrics.update(compute_data_metrics(batch, self.use_critic, cfg.data.max_response_length))
         metrics["critic/acc/mean"] = float(np.mean([float(a) for a in batch["acc"]]))
+        # minirl's own metric: groups whose responses all scored the same carry no GRPO signal
+        scores = batch["token_level_scores"].sum(-1)
+        _, dropped = filter_groups(scores, batch["uid"])
+        metrics["train/zero_spread_group_frac"] = dropped / len(set(batch["uid"]))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.world))
         return self._average_over_processes(metrics)

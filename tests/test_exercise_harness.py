@@ -81,9 +81,11 @@ def test_every_exercise_function_is_an_unsolved_stub():
 def grade(target: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, str], str]:
     """Run the graded tests against `target`; return {test name: failure message or 'passed'} and stdout."""
     junit = tmp_path / "junit.xml"
+    paths = [a for a in extra if a.startswith("tests/")] or ["tests/exercises"]
+    options = [a for a in extra if not a.startswith("tests/")]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/exercises", "-q", "-p", "no:cacheprovider",
-         f"--target={target}", f"--junitxml={junit}", *extra],
+        [sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider",
+         f"--target={target}", f"--junitxml={junit}", *options],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
     results = {}
@@ -141,7 +143,7 @@ def test_graders_explain_the_classic_mistakes(tmp_path):
     wrong = tmp_path / "wrong"
     wrong.mkdir()
     (wrong / "ch00_tensors.py").write_text(WRONG_CH00)
-    results, stdout = grade(wrong, tmp_path)
+    results, stdout = grade(wrong, tmp_path, "tests/exercises/test_ch00_tensors.py")
     for test, message in EXPECTED_MESSAGES.items():
         assert message in results[test], f"{test}: expected a message containing {message!r}, got {results[test]!r}"
     # The correct parts still pass: one hanging or wrong exercise does not stop the others being graded.
@@ -155,5 +157,55 @@ def test_wrong_shape_is_reported_as_such(tmp_path):
     source = (REPO / "solutions" / "ch00_tensors.py").read_text()
     source += "\n\ndef masked_mean(values, mask, axis=None):\n    return values.sum(dim=0)\n"
     (wrong / "ch00_tensors.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "-k", "masked_mean_toy")
+    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch00_tensors.py", "-k", "masked_mean_toy")
     assert "should have shape ()" in results["test_masked_mean_toy"]
+
+
+WRONG_CH04_NO_MASK = '''
+import torch
+
+def group_advantages(token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
+    scores = token_level_rewards.sum(-1)
+    out = torch.zeros_like(scores)
+    for label in set(index):
+        rows = torch.tensor([l == label for l in index])
+        g = scores[rows]
+        out[rows] = (g - g.mean()) / (g.std() + epsilon) if len(g) > 1 else g / (1 + epsilon)
+    return out.unsqueeze(-1).expand_as(token_level_rewards).clone()          # forgot the mask
+
+def repeat_with_uids(prompts, n):
+    import uuid
+    uids = [str(uuid.uuid4()) for _ in prompts]
+    return prompts * n, uids * n                                           # tiled, not interleaved
+'''
+
+WRONG_CH04_BIASED = '''
+import torch
+
+def group_advantages(token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
+    scores = token_level_rewards.sum(-1)
+    out = torch.zeros_like(scores)
+    for label in set(index):
+        rows = torch.tensor([l == label for l in index])
+        g = scores[rows]
+        out[rows] = (g - g.mean()) / (g.std(unbiased=False) + epsilon)      # biased std
+    return out.unsqueeze(-1) * response_mask
+
+def repeat_with_uids(prompts, n):
+    return [p for p in prompts for _ in range(n)], [p for p in prompts for _ in range(n)]   # uid = text
+'''
+
+
+@pytest.mark.parametrize("source, expected", [
+    (WRONG_CH04_NO_MASK, {"test_group_advantages_match_verl": "multiply by response_mask",
+                          "test_repeat_is_interleaved": "tiled"}),
+    (WRONG_CH04_BIASED, {"test_group_advantages_match_verl": "biased std",
+                         "test_uid_is_per_prompt_not_per_text": "same uid"}),
+])
+def test_chapter4_graders_explain_the_classic_mistakes(tmp_path, source, expected):
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "ch04_grpo.py").write_text(source)
+    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch04_grpo.py")
+    for test, message in expected.items():
+        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
