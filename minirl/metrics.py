@@ -94,13 +94,20 @@ class Tracking:
 
     console prints a line per validation step; tensorboard and wandb go through accelerate's
     trackers (the Accelerator must have been created with `log_with`). Only the main process writes.
+    `start_step` is the step a resumed run starts after (0 for a fresh run).
     """
 
     def __init__(self, run_dir: str | Path, loggers: list[str], accelerator, config_dict: dict | None = None,
-                 project_name: str = "minirl"):
+                 project_name: str = "minirl", start_step: int = 0):
         self.accelerator = accelerator
         self.console = "console" in loggers
         self.path = Path(run_dir) / "metrics.jsonl"
+        if accelerator.is_main_process and self.path.exists():
+            # A fresh run (start_step 0) starts a fresh log; a resumed one drops the records written
+            # after its checkpoint by the run that was interrupted, so no step appears twice.
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and start_step > 0 and json.loads(line)["step"] <= start_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
         self.uses_trackers = any(name in loggers for name in ("tensorboard", "wandb"))
         if self.uses_trackers:
             accelerator.init_trackers(project_name, config=_flatten(config_dict or {}))

@@ -35,6 +35,7 @@ from transformers import (
     Qwen2Config,
     Qwen2ForCausalLM,
 )
+from transformers.utils import logging as transformers_logging
 
 from minirl.core import entropy_from_logits, logprobs_from_logits
 
@@ -183,7 +184,12 @@ def load_critic(path: str | Path, dtype: torch.dtype = torch.float32):
     """Load a critic as verl does: AutoModelForTokenClassification with one label, i.e. the same
     backbone with a scalar value head on every token. The head is freshly initialised when `path`
     holds a causal LM."""
-    model = _from_pretrained(AutoModelForTokenClassification, _check_model_path(path), num_labels=1, dtype=dtype)
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # the "score.weight MISSING" report is expected: a new head
+    try:
+        model = _from_pretrained(AutoModelForTokenClassification, _check_model_path(path), num_labels=1, dtype=dtype)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
     _disable_dropout(model)
     return model
 

@@ -420,7 +420,8 @@ class PPOTrainer:
             (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
         self.accelerator.wait_for_everyone()
         resumed = self.load_checkpoint()
-        tracking = Tracking(self.run_dir, cfg.logger, self.accelerator, asdict(self.config), cfg.project_name)
+        tracking = Tracking(self.run_dir, cfg.logger, self.accelerator, asdict(self.config), cfg.project_name,
+                            start_step=self.global_step)
         history = []
         if cfg.val_before_train and not resumed and cfg.test_freq > 0:
             val = self.validate()

@@ -80,6 +80,8 @@ def test_estimator_raises_validation_accuracy(tmp_path, estimator):
     assert after - before >= MARGIN, f"{estimator}: validation accuracy {before:.3f} -> {after:.3f}"
     records = load_metrics(tmp_path / "run")
     assert [r["step"] for r in records] == list(range(STEPS + 1))
+    run(tmp_path, "trainer.total_training_steps=1", "trainer.test_freq=-1")  # a fresh run starts a fresh log
+    assert [r["step"] for r in load_metrics(tmp_path / "run")] == [1]
     for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
                 "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "response_length/mean",
                 "response_length/clip_ratio", "timing_s/gen", "timing_s/update_actor", "rollout_corr/kl"):
@@ -136,6 +138,7 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path):
 
     resumed = train([f"trainer.default_local_dir={run_dir}", *RESUME_ARGS], show_progress=False)
     assert [r["step"] for r in resumed] == [3, 4]
+    assert [r["step"] for r in load_metrics(run_dir)] == [1, 2, 3, 4]  # no step logged twice
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
         assert resumed[-1][key] == pytest.approx(uninterrupted[-1][key], rel=1e-5, abs=1e-7), key
 
