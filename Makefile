@@ -21,16 +21,22 @@ INSTALLED  := $(VENV)/.installed
 VERL_VENV  ?= .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_INSTALLED := $(VERL_VENV)/.installed
+MATHJAX    := build/mathjax/node_modules/mathjax/es5/tex-svg.js
 
 .PHONY: install demo test parity bench book serve lab grade clean
 
-install: $(INSTALLED)
+install: $(INSTALLED) $(MATHJAX)
 
 $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
 	$(PY) -m pip install --quiet -e ".[dev]"
 	touch $@
+
+# The book's math renderer, from the npm registry (served by the site itself; see minirl/book/mkdocs_hooks.py).
+$(MATHJAX):
+	@command -v npm >/dev/null || { echo "ERROR: npm (Node.js) is needed to install MathJax for the book site."; exit 1; }
+	npm install --no-audit --no-fund --silent --prefix build/mathjax mathjax@3.2.2
 
 # verl's pins must not touch the book's environment, so verl lives in a venv of its own.
 $(VERL_INSTALLED): tests/parity/requirements.txt pyproject.toml

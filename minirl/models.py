@@ -23,6 +23,7 @@ Swapping in Qwen is `load_policy("Qwen/Qwen2.5-0.5B-Instruct")`: same code, bigg
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -126,8 +127,9 @@ def save_tiny_model(path: str | Path, seed: int = 0, **model_kwargs) -> Path:
     tokenizer = build_tokenizer()
     model = build_tiny_model(tokenizer, seed=seed, **model_kwargs)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer.save_pretrained(path)
-    model.save_pretrained(path)
+    with quiet_progress():
+        tokenizer.save_pretrained(path)
+        model.save_pretrained(path)
     return path
 
 
@@ -147,9 +149,25 @@ def _check_model_path(path: str | Path) -> str:
     return text
 
 
+@contextlib.contextmanager
+def quiet_progress():
+    """Hide transformers' per-file progress bars ("Loading weights", "Writing model shards") and the
+    load report: noise for a model that loads in milliseconds, and widgets in a saved notebook."""
+    bars, verbosity = transformers_logging.is_progress_bar_enabled(), transformers_logging.get_verbosity()
+    transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        if bars:
+            transformers_logging.enable_progress_bar()
+
+
 def _from_pretrained(loader, path: str, **kwargs):
     try:
-        return loader.from_pretrained(path, **kwargs)
+        with quiet_progress():
+            return loader.from_pretrained(path, **kwargs)
     except OSError as error:
         raise OSError(
             f"could not load {path!r} ({error}). A hub id needs network access (or a filled Hugging Face "
@@ -184,12 +202,8 @@ def load_critic(path: str | Path, dtype: torch.dtype = torch.float32):
     """Load a critic as verl does: AutoModelForTokenClassification with one label, i.e. the same
     backbone with a scalar value head on every token. The head is freshly initialised when `path`
     holds a causal LM."""
-    verbosity = transformers_logging.get_verbosity()
-    transformers_logging.set_verbosity_error()  # the "score.weight MISSING" report is expected: a new head
-    try:
-        model = _from_pretrained(AutoModelForTokenClassification, _check_model_path(path), num_labels=1, dtype=dtype)
-    finally:
-        transformers_logging.set_verbosity(verbosity)
+    # (quiet_progress also hides the "score.weight MISSING" report, which is expected: a new head.)
+    model = _from_pretrained(AutoModelForTokenClassification, _check_model_path(path), num_labels=1, dtype=dtype)
     _disable_dropout(model)
     return model
 

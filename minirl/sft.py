@@ -161,7 +161,8 @@ def build_warm_start(out_dir: str | Path, config: SFTConfig | None = None, show_
     after = evaluate(model, tokenizer, test_rows, config.response_length)
     sampled = evaluate(model, tokenizer, test_rows, config.response_length, do_sample=True,
                        generator=torch.Generator().manual_seed(config.seed))
-    model.save_pretrained(out_dir)
+    with models.quiet_progress():
+        model.save_pretrained(out_dir)
     summary = {"config": asdict(config), "key": config.key(), "greedy_acc_before": before["acc"],
                "greedy_acc": after["acc"], "sampled_acc": sampled["acc"], "final_loss": losses[-1],
                "seconds": round(train_seconds, 1),

@@ -361,11 +361,13 @@ class PPOTrainer:
             tmp = self.run_dir / f".tmp-{CHECKPOINT_PREFIX}{self.global_step}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            self.actor.unwrapped_model.save_pretrained(tmp / "actor")
-            self.tokenizer.save_pretrained(tmp / "actor")
+            with models.quiet_progress():
+                self.actor.unwrapped_model.save_pretrained(tmp / "actor")
+                self.tokenizer.save_pretrained(tmp / "actor")
+                if self.use_critic:
+                    self.accelerator.unwrap_model(self.critic.model).save_pretrained(tmp / "critic")
             torch.save(self.actor.optimizer.state_dict(), tmp / "actor_optimizer.pt")
             if self.use_critic:
-                self.accelerator.unwrap_model(self.critic.model).save_pretrained(tmp / "critic")
                 torch.save(self.critic.optimizer.state_dict(), tmp / "critic_optimizer.pt")
             state = {"global_step": self.global_step, "data_position": self.data_position,
                      "kl_coef": self.kl_ctrl.value}
@@ -387,11 +389,13 @@ class PPOTrainer:
         path = self.run_dir / f"{CHECKPOINT_PREFIX}{step}"
         try:
             state = json.loads((path / "trainer_state.json").read_text())
-            actor_state = type(self.actor.unwrapped_model).from_pretrained(path / "actor").state_dict()
+            with models.quiet_progress():
+                actor_state = type(self.actor.unwrapped_model).from_pretrained(path / "actor").state_dict()
             actor_optimizer = torch.load(path / "actor_optimizer.pt", weights_only=True)
             if self.use_critic:
-                critic_state = type(self.accelerator.unwrap_model(self.critic.model)).from_pretrained(
-                    path / "critic").state_dict()
+                with models.quiet_progress():
+                    critic_state = type(self.accelerator.unwrap_model(self.critic.model)).from_pretrained(
+                        path / "critic").state_dict()
                 critic_optimizer = torch.load(path / "critic_optimizer.pt", weights_only=True)
         except Exception as error:
             earlier = sorted(p.name for p in self.run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p != path)

@@ -25,6 +25,11 @@ def test_committed_notebook_has_outputs_and_no_errors(path):
     assert counts == list(range(1, len(code) + 1)), f"{path.name}: not run top to bottom in one go: {counts}"
     errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, f"{path.name}: committed with error outputs: {[e['ename'] for e in errors]}"
+    # Widget outputs (e.g. progress bars) make the site load the widget manager from a CDN.
+    widgets = [o for c in code for o in c.get("outputs", []) if "application/vnd.jupyter.widget-view+json"
+               in o.get("data", {})]
+    assert not widgets and "widgets" not in json.loads(path.read_text())["metadata"], \
+        f"{path.name}: committed with ipywidgets outputs (progress bars?); the site would fetch a CDN script"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
