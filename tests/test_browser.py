@@ -111,9 +111,10 @@ def site_url(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     profile = tempfile.mkdtemp(prefix="minirl-chromium-")
-    proc = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                             "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--remote-debugging-port=0", f"--user-data-dir={profile}"]
+    proc = subprocess.Popen([CHROMIUM, *flags, "about:blank"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     port = None
     deadline = time.time() + 60
