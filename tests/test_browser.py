@@ -161,10 +161,15 @@ def test_reading_map_math_and_search(site_url, browser):
     page.wait_for("window.MathJax && MathJax.startup && MathJax.startup.promise && true")
     page.evaluate("MathJax.startup.promise.then(() => true)")
     assert page.evaluate("document.querySelectorAll('mjx-container[display=true] svg').length") >= 3
-    # Material's search: type into the search box and read the results list.
+    # Material's search: open the box, type once its index is built (a web worker), read the results.
     page.evaluate("document.querySelector('label.md-search__icon, label[for=__search]').click()")
-    page.evaluate("""(() => { const input = document.querySelector('input.md-search__input');
-        input.value = 'clip_ratio'; input.dispatchEvent(new Event('input', {bubbles: true})); })()""")
-    hits = page.wait_for("[...document.querySelectorAll('.md-search-result__item a')].map(a => a.href)", timeout=30)
-    assert any("04_grpo" in href for href in hits), hits
+    typing = """(() => { const input = document.querySelector('input.md-search__input');
+        input.focus(); input.value = 'clip_ratio';
+        for (const type of ['input', 'keyup']) input.dispatchEvent(new Event(type, {bubbles: true}));
+        return [...document.querySelectorAll('.md-search-result__item a')].map(a => a.href); })()"""
+    hits, deadline = [], time.time() + 60
+    while not hits and time.time() < deadline:  # typing before the index is ready shows nothing: retry
+        hits = page.evaluate(typing)
+        time.sleep(0.5)
+    assert any("04_grpo" in href for href in hits), f"search for clip_ratio found {hits}"
     assert not page.errors, page.errors
