@@ -188,7 +188,7 @@ class NaiveRewardManager:
         Returns:
             (token_level_scores (B, L) float32, extra info: lists of length B, e.g. {"acc": [...]}).
         """
-        responses, response_mask = batch["responses"], batch["response_mask"]
+        responses, response_mask = batch["responses"].cpu(), batch["response_mask"].cpu()
         lengths = response_mask.sum(dim=-1).tolist()
         texts = self.tokenizer.batch_decode(
             [row[:length].tolist() for row, length in zip(responses, lengths)], skip_special_tokens=True)

@@ -83,7 +83,8 @@ def generate_sequences(
         response_length: maximum new tokens (verl's `data.max_response_length`).
         n: responses per prompt (`actor_rollout_ref.rollout.n`), >= 1.
         do_sample, temperature, top_p, top_k: `rollout.do_sample/temperature/top_p/top_k`.
-        generator: torch RNG for sampling (seeded runs).
+        generator: torch RNG for sampling (seeded runs); a CPU generator is turned into one on the
+            model's device, seeded from it.
     Returns:
         dict of tensors, with R = response_length and B' = B * n:
         prompts (B', P), responses (B', R), input_ids (B', P+R), attention_mask (B', P+R),
@@ -102,6 +103,9 @@ def generate_sequences(
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
+    if generator is not None and generator.device != device:  # sampling on a GPU needs a GPU generator
+        seed = int(torch.randint(2**62, (1,), generator=generator))
+        generator = torch.Generator(device=device).manual_seed(seed)
     prompts = input_ids.repeat_interleave(n, dim=0).to(device)
     prompt_mask = attention_mask.repeat_interleave(n, dim=0).to(device)
     batch = prompts.shape[0]
