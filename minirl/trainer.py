@@ -151,10 +151,14 @@ class PPOTrainer:
         cfg = self.config
         paths = [cfg.actor_rollout_ref.model.path, cfg.data.train_files, cfg.data.val_files]
         if TINY in paths:
-            from minirl.sft import default_warm_start
+            from minirl.sft import SFTConfig, default_cache_dir, default_warm_start
 
-            with self.accelerator.main_process_first():
-                warm = default_warm_start(show_progress=self.accelerator.is_main_process)
+            cached = (default_cache_dir() / f"warm_start-{SFTConfig().key()}" / "warm_start.json").exists()
+            if self.world > 1 and not cached:
+                # Building it here would run SFT's own data-parallel training inside this launch.
+                raise ValueError("the tiny warm start is not built yet: run `python -m minirl warm-start` once "
+                                 "(one process), then `accelerate launch ... -m minirl train`.")
+            warm = default_warm_start(show_progress=self.accelerator.is_main_process)
             tiny = {0: str(warm), 1: str(warm / "data" / "train.parquet"), 2: str(warm / "data" / "test.parquet")}
             paths = [tiny[i] if p == TINY else p for i, p in enumerate(paths)]
         return tuple(paths)
