@@ -25,6 +25,8 @@ from pathlib import Path
 import datasets
 import torch
 
+from minirl.rewards import default_compute_score
+
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 ARITHMETIC_SOURCE = "minirl/arithmetic"
 GSM8K_SOURCE = "openai/gsm8k"
@@ -94,8 +96,6 @@ def preference_pairs(rows: Iterable[dict], seed: int = 0) -> list[dict]:
     The verifier decides: "chosen" is a response the reward function scores as correct, "rejected"
     one it scores as wrong, both for the same prompt.
     """
-    from minirl.rewards import default_compute_score
-
     rng = random.Random(seed)
     pairs = []
     for row in rows:

@@ -176,6 +176,12 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("MINIRL_CACHE_DIR", Path.home() / ".cache" / "minirl"))
 
 
+def warm_start_dir(config: SFTConfig | None = None, cache_dir: str | Path | None = None) -> Path:
+    """Where the warm start for `config` is (or will be) cached; complete once it holds warm_start.json."""
+    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    return cache_dir / f"warm_start-{(config or SFTConfig()).key()}"
+
+
 def default_warm_start(config: SFTConfig | None = None, cache_dir: str | Path | None = None,
                        show_progress: bool = True) -> Path:
     """The warm-start model directory for `config`, built on first use and cached by the config's hash.
@@ -184,10 +190,10 @@ def default_warm_start(config: SFTConfig | None = None, cache_dir: str | Path | 
     interrupted build leaves nothing half-written behind and the next call simply starts over.
     """
     config = config or SFTConfig()
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = cache_dir / f"warm_start-{config.key()}"
+    target = warm_start_dir(config, cache_dir)
     if (target / "warm_start.json").exists():
         return target
+    cache_dir = target.parent
     cache_dir.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".building-{config.key()}-", dir=cache_dir))
     try:

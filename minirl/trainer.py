@@ -29,9 +29,10 @@ from tqdm.auto import tqdm
 
 from minirl import data as data_lib
 from minirl import models
-from minirl.config import TINY, Config, to_yaml
+from minirl.config import TINY, Config, load_config, to_yaml
 from minirl.core import masked_mean
 from minirl.dapo import filter_groups
+from minirl.evaluate import evaluate
 from minirl.gae import compute_gae_advantage_return
 from minirl.grpo import compute_grpo_outcome_advantage
 from minirl.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
@@ -55,6 +56,7 @@ from minirl.rollout_correction import (
     compute_rollout_correction_weights,
     compute_rollout_rejection_mask,
 )
+from minirl.sft import default_warm_start, warm_start_dir
 from minirl.workers import Actor, Critic, Reference, Rollout
 
 CHECKPOINT_PREFIX = "global_step_"
@@ -151,10 +153,7 @@ class PPOTrainer:
         cfg = self.config
         paths = [cfg.actor_rollout_ref.model.path, cfg.data.train_files, cfg.data.val_files]
         if TINY in paths:
-            from minirl.sft import SFTConfig, default_cache_dir, default_warm_start
-
-            cached = (default_cache_dir() / f"warm_start-{SFTConfig().key()}" / "warm_start.json").exists()
-            if self.world > 1 and not cached:
+            if self.world > 1 and not (warm_start_dir() / "warm_start.json").exists():
                 # Building it here would run SFT's own data-parallel training inside this launch.
                 raise ValueError("the tiny warm start is not built yet: run `python -m minirl warm-start` once "
                                  "(one process), then `accelerate launch ... -m minirl train`.")
@@ -336,8 +335,6 @@ class PPOTrainer:
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
         """Greedy accuracy and mean reward on the validation prompts: val-core/<data_source>/{acc,reward}/mean@1."""
-        from minirl.evaluate import evaluate
-
         metrics = {}
         by_source: dict[str, list[dict]] = {}
         for row in self.val_rows:
@@ -457,6 +454,4 @@ class PPOTrainer:
 
 def train(overrides: list[str] | None = None, show_progress: bool | None = None) -> list[dict[str, float]]:
     """Load the config from verl-style overrides and train. The entry point of `python -m minirl train`."""
-    from minirl.config import load_config
-
     return PPOTrainer(load_config(overrides), show_progress).fit()
