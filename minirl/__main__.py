@@ -2,7 +2,8 @@
 
     python -m minirl train                                   # the tiny task, GRPO, from the cached warm start
     python -m minirl train algorithm.adv_estimator=rloo trainer.total_training_steps=50
-    accelerate launch --num_processes 2 --cpu -m minirl train ...   # several processes
+    python -m minirl config [key=value ...]                  # print the resolved config as YAML and exit
+    ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m minirl train ...   # 2 CPU processes
     python -m minirl warm-start                              # build (or show) the cached SFT warm start
     python -m minirl plot runs/minirl                        # learning curves of a run, saved as PNG
 """
@@ -27,6 +28,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
         return 0
+    if command == "config":  # verl/Hydra's `--cfg job`: no model, no data
+        from minirl.config import load_config, to_yaml
+
+        try:
+            print(to_yaml(load_config(rest)), end="")
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        return 0
     if command == "warm-start":
         from minirl.sft import default_warm_start
 
@@ -40,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         out = plot_runs(rest or ["runs/minirl"], save_to=(rest or ["runs/minirl"])[0] + "/curves.png")
         print(f"saved {out}")
         return 0
-    print(f"unknown command {command!r}; use train, warm-start or plot (see python -m minirl --help)", file=sys.stderr)
+    print(f"unknown command {command!r}; use train, config, warm-start or plot (see python -m minirl --help)",
+          file=sys.stderr)
     return 2
 
 

@@ -1,22 +1,37 @@
 """The trainer's configuration, with verl's key names, and `key=value` overrides as verl takes them.
 
-Every key a learner touches is named and explained once, here. Keys are verl's
-(`verl/trainer/config/ppo_trainer.yaml`), so an override written for verl works unchanged:
+Every key a learner touches is named and explained once, here. Keys are verl 0.9.1's
+(`verl/trainer/config/_generated_ppo_trainer.yaml`), so a line of a verl launch script works unchanged:
 
     python -m minirl train algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=8
+    python -m minirl config OVERRIDES...     # print the resolved config and exit (verl/Hydra's --cfg job)
 
 With no override, the defaults train the book's tiny task from the cached SFT warm start on a
 laptop CPU. Where a default differs from verl's (learning rates, batch sizes: verl's are for
-billion-parameter models on GPUs), the field's docstring gives verl's default.
+billion-parameter models on GPUs), the field's docstring gives verl's default. Keys that "follow"
+another key (`critic.ppo_epochs` follows `actor_rollout_ref.actor.ppo_epochs`, ...) use the same
+OmegaConf interpolation as verl's yaml.
+
+verl has ~830 keys. The ones that only concern its distributed machinery (FSDP sharding and
+offload, the vLLM/SGLang engine, Ray, profilers, ...) are accepted and listed once at start in a
+short notice ("accepted, no effect in minirl: why"), never silently (`minirl/verl_keys.txt` lists
+verl 0.9.1's keys; a parity test keeps it in sync). Any other unknown key is an error that names
+the nearest valid key.
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import os
+import sys
 from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
 
 from omegaconf import OmegaConf
-from omegaconf.errors import ConfigKeyError, ValidationError
+from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, ValidationError
 
 from minirl.core import LOSS_AGG_MODES
 from minirl.kl import KL_PENALTY_CHOICES
@@ -24,32 +39,59 @@ from minirl.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_RS_OPTIONS
 
 ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax")
 TINY = "tiny"  # the special path/file value meaning "the cached tiny warm start and its data"
+ACTOR = "actor_rollout_ref.actor"
 
 
 @dataclass
 class DataConfig:
-    train_files: str = TINY
-    """Parquet file(s) in verl's schema; "tiny" = the tiny arithmetic task (built with the warm start)."""
-    val_files: str = TINY
+    train_files: Any = TINY
+    """Parquet file, or list of files (concatenated), in verl's schema; "tiny" = the tiny arithmetic task."""
+    val_files: Any = TINY
     """Validation parquet file(s); "tiny" = the tiny task's test split."""
     train_batch_size: int = 32
     """Prompts per training step (each sampled rollout.n times). verl default: 1024."""
     gen_batch_size: int | None = None
     """Prompts per generation round with DAPO's dynamic sampling; None = train_batch_size."""
     max_prompt_length: int = 32
-    """Longest prompt in tokens; longer prompts raise an error. verl default: 512."""
+    """Longest prompt in tokens (chat template applied). verl default: 512."""
     max_response_length: int = 20
     """Most tokens generated per response. verl default: 512."""
+    filter_overlong_prompts: bool = False
+    """Drop prompts longer than max_prompt_length from the dataset before training (verl's RLHFDataset)."""
+    truncation: str = "error"
+    """What a prompt longer than max_prompt_length does if it was not filtered: error, left, right or middle."""
+    train_max_samples: int = -1
+    """Use at most this many training rows (a seeded random subset when shuffle is on); -1 = all."""
     val_max_samples: int = 200
-    """Validation prompts used (the first ones of val_files); -1 for all."""
+    """Validation prompts used (the first ones of val_files); -1 for all. verl default: -1."""
     shuffle: bool = True
-    """Shuffle the training prompts each epoch (seeded by trainer.seed)."""
+    """Shuffle the training prompts each epoch (seeded by data.seed)."""
+    seed: int | None = 0
+    """Seed of the data order (verl's data.seed, default null = torch's fixed default seed). In minirl it
+    also enters every sampling seed and the critic head's initialisation: change it to get an independent run."""
 
 
 @dataclass
 class ModelConfig:
     path: str = TINY
     """A Hugging Face model directory or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct; "tiny" = the cached warm start."""
+    enable_gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (Hugging Face's gradient_checkpointing_enable, use_reentrant=False):
+    less memory, ~30% more compute, the same gradients. verl default: true."""
+
+
+@dataclass
+class ValKwargsConfig:
+    n: int = 1
+    """Responses per validation prompt; n > 1 adds best@k, worst@k and maj@k metrics."""
+    do_sample: bool = False
+    """Sample during validation; False (or temperature 0) = greedy."""
+    temperature: float = 0.0
+    """Validation sampling temperature; 0 = greedy (verl's default)."""
+    top_p: float = 1.0
+    """Validation nucleus threshold."""
+    top_k: int = -1
+    """Validation top-k; -1 = off."""
 
 
 @dataclass
@@ -64,6 +106,16 @@ class RolloutConfig:
     """Keep the k most likely tokens; -1 = off."""
     do_sample: bool = True
     """Sample (True) or decode greedily (False) during training."""
+    seed: int = 42
+    """Sampling seed (verl's default). Row i of step s is sampled with a seed made of (rollout.seed, data.seed, s, i),
+    so a response does not depend on how many processes generated the batch."""
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    """Rows per forward pass when recomputing old log-probs; None = the whole share at once."""
+    log_prob_use_dynamic_bsz: bool = "${oc.select:actor_rollout_ref.actor.use_dynamic_bsz,false}"  # type: ignore
+    """Token-budgeted forward passes for old log-probs (follows actor.use_dynamic_bsz)."""
+    log_prob_max_token_len_per_gpu: int = "${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}"  # type: ignore
+    """Token budget per forward pass with log_prob_use_dynamic_bsz (follows actor.ppo_max_token_len_per_gpu)."""
+    val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
 
 
 @dataclass
@@ -72,6 +124,20 @@ class OptimConfig:
     """AdamW learning rate. verl default: 1e-6 for the actor, 1e-5 for the critic."""
     weight_decay: float = 0.01
     """AdamW weight decay (verl's default)."""
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW betas (verl's default)."""
+    clip_grad: float = 1.0
+    """Clip the gradient's global norm to this (verl's live key; actor.grad_clip is a deprecated alias)."""
+    lr_warmup_steps: int = -1
+    """Linear warm-up steps; <= 0 uses lr_warmup_steps_ratio * total training steps."""
+    lr_warmup_steps_ratio: float = 0.0
+    """Warm-up as a fraction of the total training steps (when lr_warmup_steps <= 0)."""
+    lr_scheduler_type: str = "constant"
+    """constant or cosine (after the warm-up). The scheduler steps once per training step, as in verl."""
+    min_lr_ratio: float = 0.0
+    """cosine: the lr never falls below min_lr_ratio * lr."""
+    num_cycles: float = 0.5
+    """cosine: number of cosine periods over the decay (0.5 = one half-cosine down to min_lr_ratio)."""
 
 
 @dataclass
@@ -79,6 +145,13 @@ class ActorConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     ppo_mini_batch_size: int = 16
     """Prompts per optimizer step (times rollout.n trajectories); must divide train_batch_size. verl: 256."""
+    ppo_micro_batch_size_per_gpu: int | None = None
+    """Rows per forward/backward pass; gradients of a mini-batch's micro-batches are accumulated (the same
+    update, less memory). None = the whole share of a mini-batch at once."""
+    use_dynamic_bsz: bool = False
+    """Form micro-batches by a token budget (ppo_max_token_len_per_gpu) instead of a row count."""
+    ppo_max_token_len_per_gpu: int = 16384
+    """Token budget (prompt + response, padding excluded) of one micro-batch with use_dynamic_bsz."""
     ppo_epochs: int = 1
     """Passes over each batch. More than one makes later mini-batches off-policy, where clipping acts."""
     clip_ratio_low: float = 0.2
@@ -99,10 +172,20 @@ class ActorConfig:
     """Weight of the KL loss."""
     kl_loss_type: str = "low_var_kl"
     """KL estimator of the KL loss; see minirl.kl."""
-    grad_clip: float = 1.0
-    """Clip the gradient's global norm to this."""
     shuffle: bool = False
     """Shuffle trajectories before splitting into mini-batches (verl default: False)."""
+    data_loader_seed: int = 42
+    """Seed of that shuffle; as in verl, every step uses the same permutation."""
+
+
+@dataclass
+class RefConfig:
+    log_prob_micro_batch_size_per_gpu: int | None = None
+    """Rows per forward pass of the reference model; None = the whole share at once."""
+    log_prob_use_dynamic_bsz: bool = "${oc.select:actor_rollout_ref.actor.use_dynamic_bsz,false}"  # type: ignore
+    """Token-budgeted forward passes of the reference (follows actor.use_dynamic_bsz)."""
+    log_prob_max_token_len_per_gpu: int = "${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}"  # type: ignore
+    """Token budget of one reference forward pass (follows actor.ppo_max_token_len_per_gpu)."""
 
 
 @dataclass
@@ -110,6 +193,7 @@ class ActorRolloutRefConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
 
 
 @dataclass
@@ -120,8 +204,26 @@ class CriticConfig:
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-3))
     cliprange_value: float = 0.5
     """Clip of the value loss (verl's default)."""
-    ppo_epochs: int = 1
-    """Passes of the critic over each batch."""
+    ppo_mini_batch_size: int = "${oc.select:actor_rollout_ref.actor.ppo_mini_batch_size,256}"  # type: ignore
+    """Prompts per critic optimizer step (follows the actor's)."""
+    ppo_epochs: int = "${oc.select:actor_rollout_ref.actor.ppo_epochs,1}"  # type: ignore
+    """Passes of the critic over each batch (follows the actor's)."""
+    shuffle: bool = "${oc.select:actor_rollout_ref.actor.shuffle,false}"  # type: ignore
+    """Shuffle before splitting into mini-batches (follows the actor's)."""
+    data_loader_seed: int = 42
+    """Seed of that shuffle."""
+    ppo_micro_batch_size_per_gpu: int | None = None
+    """Rows per critic forward/backward pass; None = the whole share at once."""
+    use_dynamic_bsz: bool = "${oc.select:actor_rollout_ref.actor.use_dynamic_bsz,false}"  # type: ignore
+    """Token-budgeted critic micro-batches (follows the actor's)."""
+    ppo_max_token_len_per_gpu: int = 32768
+    """Token budget of one critic micro-batch with use_dynamic_bsz."""
+    forward_micro_batch_size_per_gpu: int | None = "${oc.select:.ppo_micro_batch_size_per_gpu,null}"  # type: ignore
+    """Rows per forward pass when computing values."""
+    forward_max_token_len_per_gpu: int = "${.ppo_max_token_len_per_gpu}"  # type: ignore
+    """Token budget of one values forward pass with use_dynamic_bsz."""
+    loss_agg_mode: str = "${oc.select:actor_rollout_ref.actor.loss_agg_mode,token-mean}"  # type: ignore
+    """How per-token value losses are aggregated (follows the actor's)."""
 
 
 @dataclass
@@ -154,10 +256,11 @@ class RolloutCorrectionConfig:
 class FilterGroupsConfig:
     enable: bool = False
     """DAPO dynamic sampling: drop groups whose responses all scored the same."""
-    metric: str = "acc"
-    """Per-response value compared within a group: "acc", "score" or "seq_reward"."""
-    max_num_gen_batches: int = 10
-    """Give up (error) after this many generation rounds; <= 0 = never."""
+    metric: str = "reward"
+    """Per-response value compared within a group: "reward" (the verifier's score, before any KL), "seq_final_reward"
+    (after the KL in the reward), or a key the reward function returns ("acc", "score", ...)."""
+    max_num_gen_batches: int = 0
+    """Give up (error) after this many generation rounds; <= 0 = never (verl's default)."""
 
 
 @dataclass
@@ -181,20 +284,30 @@ class AlgorithmConfig:
 
 @dataclass
 class TrainerConfig:
-    total_training_steps: int = 100
-    """Training steps (one batch of train_batch_size prompts each)."""
+    total_epochs: int = 30
+    """Passes over the training prompts (verl's default); the run length when total_training_steps is null."""
+    total_training_steps: int | None = 100
+    """Training steps; null = total_epochs * (training prompts // train_batch_size), verl's default."""
     test_freq: int = 10
-    """Validate every this many steps (and at the end); -1 = never."""
+    """Validate every this many steps (and at the last step); -1 = never. verl default: -1."""
     val_before_train: bool = True
-    """Validate once before the first step."""
+    """Validate once before the first step (logged at step 0)."""
+    val_only: bool = False
+    """Only validate (needs val_before_train), then stop."""
     save_freq: int = -1
-    """Checkpoint every this many steps; -1 = never."""
+    """Checkpoint every this many steps (and at the last step); -1 = never."""
     default_local_dir: str = "runs/minirl"
-    """Run directory: metrics.jsonl, checkpoints, plots."""
+    """Run directory: config.yaml, metrics.jsonl, checkpoints."""
     resume_mode: str = "auto"
     """"auto" resumes from the latest checkpoint in default_local_dir; "disable" starts fresh."""
-    seed: int = 0
-    """Seeds data order, sampling and initialisation."""
+    balance_batch: bool = True
+    """Reorder the batch by sequence length before the update, as verl does (changes mini-batch membership)."""
+    critic_warmup: int = 0
+    """Skip the actor update while global_step < critic_warmup (the critic trains alone first)."""
+    n_gpus_per_node: int | None = None
+    """Processes per node; with nnodes it must match the launch. null = whatever the launch started. verl: 8."""
+    nnodes: int = 1
+    """Number of nodes."""
     logger: list[str] = field(default_factory=lambda: ["console"])
     """Where metrics go besides metrics.jsonl: any of console, tensorboard, wandb."""
     project_name: str = "minirl"
@@ -202,7 +315,7 @@ class TrainerConfig:
     experiment_name: str = "tiny"
     """Tracker run name."""
     progress_bar: bool = True
-    """Show a tqdm bar over steps."""
+    """Show a tqdm bar over steps (minirl only: verl always shows one)."""
 
 
 @dataclass
@@ -214,9 +327,46 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
 
+# ----------------------------------------------------------------------------------------------
+# Keys: minirl's, deprecated spellings, and verl keys that have no effect here
+# ----------------------------------------------------------------------------------------------
+
+# Old spelling -> verl 0.9.1's key (the value is moved there, with a notice).
+ALIASES = {
+    "trainer.seed": "data.seed",
+    f"{ACTOR}.grad_clip": f"{ACTOR}.optim.clip_grad",
+    "critic.grad_clip": "critic.optim.clip_grad",
+    f"{ACTOR}.optim.warmup_style": f"{ACTOR}.optim.lr_scheduler_type",
+    "critic.optim.warmup_style": "critic.optim.lr_scheduler_type",
+}
+
+# Why a verl key has no effect in minirl, by glob pattern (first match wins).
+NO_EFFECT_REASONS = [
+    ("*fsdp_config.*", "FSDP sharding, offload and dtypes: minirl keeps a full float32 copy per process (DDP)"),
+    ("critic.fsdp.*", "FSDP sharding, offload and dtypes: minirl keeps a full float32 copy per process (DDP)"),
+    ("*.use_remove_padding", "padding-free packing is a kernel optimisation; minirl pads (same maths)"),
+    ("*ulysses_sequence_parallel_size", "sequence parallelism: minirl runs whole sequences per process"),
+    ("actor_rollout_ref.rollout.calculate_log_probs", "minirl's rollout always returns its log-probs"),
+    ("actor_rollout_ref.rollout.*", "inference-engine setting (vLLM/SGLang): minirl's rollout is a KV-cached "
+                                    "decode loop sharing the actor's weights"),
+    ("*.ppo_micro_batch_size", "deprecated global micro-batch size: use ppo_micro_batch_size_per_gpu"),
+    ("*.log_prob_micro_batch_size", "deprecated global micro-batch size: use log_prob_micro_batch_size_per_gpu"),
+    ("*.forward_micro_batch_size", "deprecated global micro-batch size: use forward_micro_batch_size_per_gpu"),
+    ("trainer.use_v1", "minirl mirrors the legacy RayPPOTrainer.fit() path (use_v1=false); see minirl/README.md"),
+    ("trainer.device", "accelerate picks the device"),
+    ("trainer.logger", "minirl writes console, tensorboard and wandb; other loggers are skipped"),
+    ("ray_kwargs.*", "minirl runs no Ray cluster: processes come from accelerate launch"),
+    ("transfer_queue.*", "the v1 trainer's data transport; minirl passes batches in memory"),
+    ("global_profiler.*", "profilers are not wired in minirl"),
+    ("*.profiler.*", "profilers are not wired in minirl"),
+    ("*checkpoint*", "minirl writes one checkpoint layout (see minirl/README.md)"),
+    ("*", "a verl 0.9.1 feature minirl does not implement"),
+]
+
+
 def _all_keys(node, prefix: str = "") -> list[str]:
     keys = []
-    for key, value in node.items():
+    for key, value in node.items_ex(resolve=False) if OmegaConf.is_config(node) else node.items():
         path = f"{prefix}{key}"
         keys.append(path)
         if OmegaConf.is_dict(value):
@@ -224,35 +374,125 @@ def _all_keys(node, prefix: str = "") -> list[str]:
     return keys
 
 
-def load_config(overrides: list[str] | None = None) -> Config:
+@cache
+def verl_keys() -> frozenset[str]:
+    """Every key of verl 0.9.1's generated PPO config (minirl/verl_keys.txt)."""
+    lines = (Path(__file__).with_name("verl_keys.txt")).read_text().splitlines()
+    return frozenset(line.strip() for line in lines if line.strip() and not line.startswith("#"))
+
+
+def _is_verl_key(key: str) -> bool:
+    """A verl key, or a key inside one of verl's free-form dicts (engine_kwargs, ray_init, ...)."""
+    keys = verl_keys()
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in keys for i in range(len(parts), 0, -1))
+
+
+def _is_verl_group(prefix: str) -> bool:
+    return any(key.startswith(prefix + ".") for key in verl_keys())
+
+
+def no_effect_reason(key: str) -> str:
+    return next(reason for pattern, reason in NO_EFFECT_REASONS if fnmatch.fnmatch(key, pattern))
+
+
+@dataclass
+class ParsedOverrides:
+    """The overrides split by what minirl does with them."""
+
+    applied: list[str] = field(default_factory=list)
+    """key=value lines minirl applies (aliases already renamed)."""
+    no_effect: dict[str, str] = field(default_factory=dict)
+    """verl keys accepted without effect -> why."""
+    notices: list[str] = field(default_factory=list)
+    """Deprecation notices (an alias was used)."""
+
+
+def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
+    """Sort verl-style `key=value` overrides into applied ones, aliases and verl keys without effect.
+
+    Hydra's `+key=value` (add a key) and `++key=value` (add or override) are read like `key=value`.
+
+    Raises:
+        ValueError: an override that is not key=value, or a key neither minirl nor verl 0.9.1 has
+            (the message names the nearest valid key).
+    """
+    base = OmegaConf.structured(Config)
+    minirl_keys = _all_keys(base)
+    parsed = ParsedOverrides()
+    for override in overrides or []:
+        if "=" not in override:
+            raise ValueError(f"override {override!r} is not key=value, e.g. algorithm.adv_estimator=grpo")
+        key, value = override.split("=", 1)
+        adds = key.startswith("+")  # Hydra's +key adds a key to an existing group (e.g. +ray_kwargs.ray_init.num_gpus)
+        key = key.lstrip("+")
+        if key in ALIASES:
+            parsed.notices.append(f"{key} is deprecated in verl 0.9.1 (or not a verl key): using {ALIASES[key]}")
+            key = ALIASES[key]
+        if key in minirl_keys:
+            if key == "trainer.logger":
+                _check_loggers(value, parsed)
+            parsed.applied.append(f"{key}={value}")
+        elif _is_verl_key(key) or (adds and _is_verl_group(key.rsplit(".", 1)[0])):
+            parsed.no_effect[key] = no_effect_reason(key)
+        else:
+            close = difflib.get_close_matches(key, minirl_keys + sorted(verl_keys()), n=1, cutoff=0.5)
+            hint = f" Did you mean {close[0]}?" if close else ""
+            raise ValueError(f"unknown config key {key!r}.{hint} See minirl/config.py for every key.")
+    return parsed
+
+
+def _check_loggers(value: str, parsed: ParsedOverrides) -> None:
+    loggers = OmegaConf.from_dotlist([f"x={value}"]).x
+    loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
+    unknown = [name for name in loggers if name not in VERL_LOGGERS]
+    if unknown:
+        raise ValueError(f"trainer.logger: {unknown} is not a logger verl knows ({', '.join(VERL_LOGGERS)}); minirl "
+                         f"writes {', '.join(SUPPORTED_LOGGERS)}.")
+    skipped = [name for name in loggers if name not in SUPPORTED_LOGGERS]
+    if skipped:
+        parsed.no_effect[f"trainer.logger={skipped}"] = no_effect_reason("trainer.logger")
+
+
+SUPPORTED_LOGGERS = ("console", "tensorboard", "wandb")
+# verl 0.9.1's verl/utils/tracking.py::Tracking.supported_backend
+VERL_LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio", "file",
+                "rl_insight")
+
+
+def load_config(overrides: list[str] | None = None, announce: bool = True) -> Config:
     """Build the config from the defaults and verl-style `key=value` overrides, then validate it.
 
+    Args:
+        overrides: e.g. ["algorithm.adv_estimator=gae", "data.train_batch_size=64"].
+        announce: print the notices (deprecated spellings, verl keys without effect) to stderr, once
+            (by process 0 of a multi-process launch).
     Raises:
         ValueError: for an unknown key (suggesting the nearest valid one), a value of the wrong
             type, or a combination that cannot train (see `validate_config`).
     """
+    parsed = parse_overrides(overrides)
     base = OmegaConf.structured(Config)
-    for override in overrides or []:
-        if "=" not in override:
-            raise ValueError(f"override {override!r} is not key=value, e.g. algorithm.adv_estimator=grpo")
-        key = override.split("=", 1)[0].lstrip("+")
-        if OmegaConf.select(base, key, default="__missing__") == "__missing__":
-            close = difflib.get_close_matches(key, _all_keys(base), n=1, cutoff=0.5)
-            hint = f" Did you mean {close[0]}?" if close else ""
-            raise ValueError(f"unknown config key {key!r}.{hint} See minirl/config.py for every key.")
     try:
-        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(overrides or []))
-    except (ValidationError, ConfigKeyError) as error:
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist(parsed.applied))
+        merged.trainer.logger = [name for name in merged.trainer.logger if name in SUPPORTED_LOGGERS]
+        config = OmegaConf.to_object(merged)
+    except (ValidationError, ConfigKeyError, InterpolationResolutionError) as error:
         raise ValueError(f"bad config value: {error.msg}") from None
-    config = OmegaConf.to_object(merged)
     validate_config(config)
+    if announce and os.environ.get("RANK", "0") == "0":
+        for notice in parsed.notices:
+            print(f"minirl config: {notice}", file=sys.stderr)
+        if parsed.no_effect:
+            lines = "".join(f"\n  {key}: {why}" for key, why in parsed.no_effect.items())
+            print(f"minirl config: accepted, no effect in minirl:{lines}", file=sys.stderr)
     return config
 
 
 def validate_config(config: Config) -> None:
     """Reject settings that cannot train, with a message that says what to change."""
     algo, actor = config.algorithm, config.actor_rollout_ref.actor
-    rollout, data = config.actor_rollout_ref.rollout, config.data
+    rollout, data, trainer = config.actor_rollout_ref.rollout, config.data, config.trainer
     problems = []
 
     def choice(name, value, choices):
@@ -260,19 +500,29 @@ def validate_config(config: Config) -> None:
             problems.append(f"{name}={value!r} is not one of {', '.join(map(str, choices))}")
 
     choice("algorithm.adv_estimator", algo.adv_estimator, ADV_ESTIMATORS)
-    choice("actor_rollout_ref.actor.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
-    choice("actor_rollout_ref.actor.kl_loss_type", actor.kl_loss_type, KL_PENALTY_CHOICES)
+    choice(f"{ACTOR}.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
+    choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
+    choice(f"{ACTOR}.kl_loss_type", actor.kl_loss_type, KL_PENALTY_CHOICES)
     choice("algorithm.kl_penalty", algo.kl_penalty, KL_PENALTY_CHOICES)
     choice("algorithm.kl_ctrl.type", algo.kl_ctrl.type, ("fixed", "adaptive"))
-    choice("trainer.resume_mode", config.trainer.resume_mode, ("auto", "disable"))
-    choice("algorithm.filter_groups.metric", algo.filter_groups.metric, ("acc", "score", "seq_reward"))
+    choice("trainer.resume_mode", trainer.resume_mode, ("auto", "disable"))
+    choice("data.truncation", data.truncation, ("error", "left", "right", "middle"))
+    for name, optim in ((f"{ACTOR}.optim", actor.optim), ("critic.optim", config.critic.optim)):
+        choice(f"{name}.lr_scheduler_type", optim.lr_scheduler_type, ("constant", "cosine"))
+        if optim.clip_grad <= 0:
+            problems.append(f"{name}.clip_grad must be > 0 (got {optim.clip_grad}); a negative norm would reverse "
+                            "the update")
+        if not 0 <= optim.min_lr_ratio <= 1:
+            problems.append(f"{name}.min_lr_ratio must be in [0, 1] (got {optim.min_lr_ratio})")
     if algo.rollout_correction.rollout_is is not None:
         choice("algorithm.rollout_correction.rollout_is", algo.rollout_correction.rollout_is, ROLLOUT_IS_LEVELS)
     for option in (algo.rollout_correction.rollout_rs or "").split(","):
         if option.strip():
             choice("algorithm.rollout_correction.rollout_rs", option.strip(), ROLLOUT_RS_OPTIONS)
-    for logger in config.trainer.logger:
-        choice("trainer.logger", logger, ("console", "tensorboard", "wandb"))
+    for name, files in (("data.train_files", data.train_files), ("data.val_files", data.val_files)):
+        is_list = isinstance(files, list) and files and all(isinstance(f, str) for f in files)
+        if not (isinstance(files, str) or is_list):
+            problems.append(f"{name} must be a file path or a non-empty list of paths (got {files!r})")
     if algo.adv_estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and rollout.n < 2:
         problems.append(f"{algo.adv_estimator} compares the responses to one prompt, so it needs "
                         f"actor_rollout_ref.rollout.n >= 2 (got {rollout.n})")
@@ -281,34 +531,56 @@ def validate_config(config: Config) -> None:
     use_critic = config.critic.enable if config.critic.enable is not None else algo.adv_estimator == "gae"
     if algo.adv_estimator == "gae" and not use_critic:
         problems.append("algorithm.adv_estimator=gae needs a critic: set critic.enable=true (or leave it unset)")
-    for name, value in (("data.train_batch_size", data.train_batch_size),
-                        ("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size),
-                        ("actor_rollout_ref.actor.ppo_epochs", actor.ppo_epochs),
-                        ("data.max_response_length", data.max_response_length),
-                        ("data.max_prompt_length", data.max_prompt_length),
-                        ("trainer.total_training_steps", config.trainer.total_training_steps)):
+    positive = [("data.train_batch_size", data.train_batch_size),
+                (f"{ACTOR}.ppo_mini_batch_size", actor.ppo_mini_batch_size),
+                (f"{ACTOR}.ppo_epochs", actor.ppo_epochs),
+                ("critic.ppo_mini_batch_size", config.critic.ppo_mini_batch_size),
+                ("critic.ppo_epochs", config.critic.ppo_epochs), ("data.max_response_length", data.max_response_length),
+                ("data.max_prompt_length", data.max_prompt_length), ("trainer.total_epochs", trainer.total_epochs),
+                ("actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n)]
+    positive += [(name, value) for name, value in (
+        ("trainer.total_training_steps", trainer.total_training_steps),
+        (f"{ACTOR}.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", rollout.log_prob_micro_batch_size_per_gpu),
+        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+         config.actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu),
+        ("critic.ppo_micro_batch_size_per_gpu", config.critic.ppo_micro_batch_size_per_gpu),
+        ("critic.forward_micro_batch_size_per_gpu", config.critic.forward_micro_batch_size_per_gpu),
+        ("trainer.n_gpus_per_node", trainer.n_gpus_per_node)) if value is not None]
+    for name, value in positive:
         if value < 1:
             problems.append(f"{name} must be >= 1 (got {value})")
-    if actor.ppo_mini_batch_size >= 1 and data.train_batch_size % actor.ppo_mini_batch_size:
-        problems.append(f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} must divide "
-                        f"data.train_batch_size={data.train_batch_size} (both count prompts)")
+    for name, mini in ((f"{ACTOR}.ppo_mini_batch_size", actor.ppo_mini_batch_size),
+                       ("critic.ppo_mini_batch_size", config.critic.ppo_mini_batch_size)):
+        if mini >= 1 and data.train_batch_size % mini:
+            problems.append(f"{name}={mini} must divide data.train_batch_size={data.train_batch_size} "
+                            "(both count prompts)")
     if not 0 <= actor.clip_ratio_low < 1:
-        problems.append(f"actor_rollout_ref.actor.clip_ratio_low must be in [0, 1) (got {actor.clip_ratio_low})")
+        problems.append(f"{ACTOR}.clip_ratio_low must be in [0, 1) (got {actor.clip_ratio_low})")
     if actor.clip_ratio_high < 0:
-        problems.append(f"actor_rollout_ref.actor.clip_ratio_high must be >= 0 (got {actor.clip_ratio_high})")
+        problems.append(f"{ACTOR}.clip_ratio_high must be >= 0 (got {actor.clip_ratio_high})")
     if actor.clip_ratio_c <= 1:
-        problems.append(f"actor_rollout_ref.actor.clip_ratio_c must be > 1 (got {actor.clip_ratio_c})")
+        problems.append(f"{ACTOR}.clip_ratio_c must be > 1 (got {actor.clip_ratio_c})")
+    if actor.kl_loss_coef < 0 or algo.kl_ctrl.kl_coef < 0:
+        problems.append(f"KL coefficients must be >= 0 (got {ACTOR}.kl_loss_coef={actor.kl_loss_coef}, "
+                        f"algorithm.kl_ctrl.kl_coef={algo.kl_ctrl.kl_coef}): a negative one rewards drifting away")
+    for name, value in (("algorithm.gamma", algo.gamma), ("algorithm.lam", algo.lam)):
+        if not 0 <= value <= 1:
+            problems.append(f"{name} must be in [0, 1] (got {value})")
     if rollout.do_sample and rollout.temperature <= 0:
         problems.append("actor_rollout_ref.rollout.temperature must be > 0 when sampling "
                         f"(got {rollout.temperature}); set rollout.do_sample=false for greedy decoding")
     if not 0 < rollout.top_p <= 1:
         problems.append(f"actor_rollout_ref.rollout.top_p must be in (0, 1] (got {rollout.top_p})")
     if actor.optim.lr <= 0:
-        problems.append(f"actor_rollout_ref.actor.optim.lr must be > 0 (got {actor.optim.lr})")
+        problems.append(f"{ACTOR}.optim.lr must be > 0 (got {actor.optim.lr})")
+    if data.val_max_samples == 0 and trainer.test_freq > 0:
+        problems.append("data.val_max_samples=0 leaves nothing to validate on: set it to -1 (all) or a positive "
+                        "number, or turn validation off with trainer.test_freq=-1")
     if problems:
         raise ValueError("invalid config:\n  - " + "\n  - ".join(problems))
 
 
 def to_yaml(config: Config) -> str:
-    """The full resolved config as YAML (written to the run directory)."""
+    """The full resolved config as YAML (written to the run directory; printed by `python -m minirl config`)."""
     return OmegaConf.to_yaml(OmegaConf.structured(config))

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import datasets
+import numpy as np
 import torch
 
 from minirl.rewards import default_compute_score
@@ -245,23 +246,47 @@ def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)
 
 
-def encode_prompts(tokenizer, messages: list[list[dict]], max_prompt_length: int) -> dict[str, torch.Tensor]:
+def prompt_token_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of one chat prompt with the generation prompt appended (what the model is asked to continue)."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def truncate_prompt(ids: list[int], max_prompt_length: int, truncation: str = "error") -> list[int]:
+    """Fit a prompt into max_prompt_length tokens as verl's `data.truncation` says.
+
+    error: raise (silently cutting a question changes its answer); left: keep the last tokens (the end
+    of the prompt, where the question and the generation prompt are); right: keep the first tokens;
+    middle: keep the first and last halves.
+    """
+    if len(ids) <= max_prompt_length:
+        return ids
+    if truncation == "left":
+        return ids[-max_prompt_length:]
+    if truncation == "right":
+        return ids[:max_prompt_length]
+    if truncation == "middle":
+        left = max_prompt_length // 2
+        return ids[:left] + ids[len(ids) - (max_prompt_length - left):]
+    raise ValueError(f"a prompt has {len(ids)} tokens, more than data.max_prompt_length={max_prompt_length}. Raise "
+                     "data.max_prompt_length, drop long prompts with data.filter_overlong_prompts=true (what verl's "
+                     "example scripts do), or cut them with data.truncation=left|right|middle.")
+
+
+def encode_prompts(tokenizer, messages: list[list[dict]], max_prompt_length: int,
+                   truncation: str = "error") -> dict[str, torch.Tensor]:
     """Apply the chat template, tokenise, and left-pad a list of prompts to one (B, P) tensor.
 
-    P is the longest prompt in the batch. A prompt longer than `max_prompt_length` raises (verl's
-    default `data.truncation=error`): silently cutting a question changes its answer.
+    P is the longest prompt in the batch. A prompt longer than `max_prompt_length` is handled by
+    `truncate_prompt` (verl's `data.truncation`, default "error").
 
     Returns:
         {"input_ids", "attention_mask", "position_ids"}, each (B, P).
     """
     if not messages:
         raise ValueError("encode_prompts got an empty batch of prompts.")
-    texts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in messages]
-    encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    encoded = [truncate_prompt(prompt_token_ids(tokenizer, m), max_prompt_length, truncation) for m in messages]
     longest = max(len(ids) for ids in encoded)
-    if longest > max_prompt_length:
-        raise ValueError(f"a prompt has {longest} tokens, more than data.max_prompt_length={max_prompt_length}; "
-                         "raise data.max_prompt_length or filter long prompts out of the dataset.")
     input_ids = torch.full((len(encoded), longest), tokenizer.pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros((len(encoded), longest), dtype=torch.long)
     for i, ids in enumerate(encoded):
@@ -269,3 +294,31 @@ def encode_prompts(tokenizer, messages: list[list[dict]], max_prompt_length: int
         attention_mask[i, longest - len(ids):] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask,
             "position_ids": compute_position_ids(attention_mask)}
+
+
+def load_rl_rows(files: str | list[str], tokenizer, max_prompt_length: int, filter_overlong_prompts: bool = False,
+                 max_samples: int = -1, shuffle: bool = False, seed: int | None = 0) -> list[dict]:
+    """The rows of one or several verl parquet files, as verl's `RLHFDataset` prepares them.
+
+    Files are concatenated in order. With 0 < max_samples < rows, a subset is kept first: a seeded
+    random choice when `shuffle` (verl: np.random.default_rng(seed).choice), else the first rows.
+    Then, with `filter_overlong_prompts`, prompts longer than max_prompt_length tokens (chat template
+    applied) are dropped.
+
+    Raises:
+        ValueError: no row is left after filtering.
+    """
+    files = [files] if isinstance(files, str) else list(files)
+    rows = [row for path in files for row in read_parquet(path).to_list()]
+    if 0 < max_samples < len(rows):
+        if shuffle:
+            keep = np.random.default_rng(seed).choice(len(rows), max_samples, replace=False)
+            rows = [rows[i] for i in keep]
+        else:
+            rows = rows[:max_samples]
+    if filter_overlong_prompts:
+        rows = [row for row in rows if len(prompt_token_ids(tokenizer, row["prompt"])) <= max_prompt_length]
+        if not rows:
+            raise ValueError(f"every prompt of {files} is longer than data.max_prompt_length={max_prompt_length} "
+                             "tokens: raise data.max_prompt_length.")
+    return rows

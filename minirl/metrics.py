@@ -30,27 +30,39 @@ def timer(name: str, timing: dict[str, float]):
 def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     values = values.float()
     if values.numel() == 0:
-        return {}
+        return {f"{prefix}/mean": float("nan"), f"{prefix}/max": float("nan"), f"{prefix}/min": float("nan")}
     return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
             f"{prefix}/min": values.min().item()}
 
 
-def compute_data_metrics(batch: DataProto, use_critic: bool, max_response_length: int) -> dict[str, float]:
+def _lengths(batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt_length, response_length) per row, from the attention mask (verl's `_compute_response_info`)."""
+    response_width = batch["responses"].shape[1]
+    attention_mask = batch["attention_mask"]
+    return (attention_mask[:, :-response_width].sum(-1).float(), attention_mask[:, -response_width:].sum(-1).float())
+
+
+def compute_data_metrics(batch: DataProto, use_critic: bool, max_prompt_length: int,
+                         max_response_length: int) -> dict[str, float]:
     """Scores, rewards, advantages, returns, values and lengths of a training batch.
 
-    critic/score/*       sum of token_level_scores per response (the verifier's score)
-    critic/rewards/*     sum of token_level_rewards (score minus the in-reward KL, if any)
+    Mirrors `verl/trainer/ppo/metric_utils.py::compute_data_metrics` (verl 0.9.1):
+
+    critic/score/*       sum of token_level_scores per response (the verifier's score), non-aborted rows
+    critic/rewards/*     sum of token_level_rewards (score minus the in-reward KL, if any), non-aborted rows
     critic/advantages/*, critic/returns/*, critic/values/*   over valid response tokens
-    critic/vf_explained_var   1 - Var(R - V) / Var(R): how much of the return the critic predicts
-    response_length/*    valid response tokens; clip_ratio = fraction that hit max_response_length
-    prompt_length/*      valid prompt tokens
+    critic/vf_explained_var   1 - Var(R - V) / (Var(R) + 1e-5): how much of the return the critic predicts
+    response_length/*    response tokens from the attention mask (not the rejection-sampling mask);
+                         clip_ratio = fraction that reached max_response_length
+    response_length_non_aborted/*, response/aborted_ratio   rows with an empty response count as aborted
+    prompt_length/*      prompt tokens; clip_ratio = fraction at max_prompt_length
     """
     mask = batch["response_mask"].bool()
-    response_length = batch["response_mask"].sum(-1).float()
-    prompt_length = batch["attention_mask"][:, : -batch["responses"].shape[1]].sum(-1).float()
+    prompt_length, response_length = _lengths(batch)
+    aborted = response_length == 0
     metrics = {}
-    metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)))
-    metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)))
+    metrics.update(_stats("critic/score", batch["token_level_scores"].sum(-1)[~aborted]))
+    metrics.update(_stats("critic/rewards", batch["token_level_rewards"].sum(-1)[~aborted]))
     metrics.update(_stats("critic/advantages", batch["advantages"][mask]))
     metrics.update(_stats("critic/returns", batch["returns"][mask]))
     if use_critic:
@@ -58,29 +70,152 @@ def compute_data_metrics(batch: DataProto, use_critic: bool, max_response_length
         metrics.update(_stats("critic/values", values))
         metrics["critic/vf_explained_var"] = (1 - torch.var(returns - values) / (torch.var(returns) + 1e-5)).item()
     metrics.update(_stats("response_length", response_length))
-    metrics["response_length/clip_ratio"] = (response_length >= max_response_length).float().mean().item()
+    metrics["response_length/clip_ratio"] = (response_length == max_response_length).float().mean().item()
+    metrics.update(_stats("response_length_non_aborted", response_length[~aborted]))
+    metrics["response_length_non_aborted/clip_ratio"] = (
+        (response_length[~aborted] == max_response_length).float().mean().item() if (~aborted).any() else float("nan"))
+    metrics["response/aborted_ratio"] = aborted.float().mean().item()
     metrics.update(_stats("prompt_length", prompt_length))
+    metrics["prompt_length/clip_ratio"] = (prompt_length == max_prompt_length).float().mean().item()
     return metrics
 
 
+TIMED_PER_TOKEN = ("ref", "values", "adv", "update_critic", "update_actor")
+
+
 def compute_timing_metrics(batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
-    """timing_s/<stage> and timing_per_token_ms/<stage> (per response token for gen, per token otherwise)."""
-    response_tokens = batch["response_mask"].sum().item()
-    all_tokens = batch["attention_mask"].sum().item()
+    """timing_s/<stage> for every timed stage, and timing_per_token_ms/<stage> for gen (per response token)
+    and ref, values, adv, update_critic, update_actor (per token), as `metric_utils.py::compute_timing_metrics`."""
+    prompt_length, response_length = _lengths(batch)
+    response_tokens = response_length.sum().item()
+    all_tokens = response_tokens + prompt_length.sum().item()
+    tokens = {"gen": response_tokens, **{name: all_tokens for name in TIMED_PER_TOKEN}}
     metrics = {f"timing_s/{name}": seconds for name, seconds in timing.items()}
-    for name, seconds in timing.items():
-        if name == "step":
-            continue
-        tokens = response_tokens if name.startswith("gen") else all_tokens
-        metrics[f"timing_per_token_ms/{name}"] = seconds * 1000 / max(tokens, 1)
+    for name in tokens.keys() & timing.keys():
+        metrics[f"timing_per_token_ms/{name}"] = timing[name] * 1000 / tokens[name] if tokens[name] else 0.0
     return metrics
 
 
 def compute_throughput_metrics(batch: DataProto, timing: dict[str, float], num_processes: int) -> dict[str, float]:
-    """perf/total_num_tokens, perf/time_per_step, perf/throughput (tokens per second per process)."""
+    """perf/total_num_tokens (prompt + response tokens of the whole batch), perf/time_per_step, and
+    perf/throughput = tokens / (time * number of devices), per device as verl defines it
+    (`metric_utils.py::compute_throughout_metrics`, sic)."""
     tokens = batch["attention_mask"].sum().item()
     return {"perf/total_num_tokens": tokens, "perf/time_per_step": timing["step"],
             "perf/throughput": tokens / (timing["step"] * num_processes)}
+
+
+def compute_debug_metrics(batch: DataProto) -> dict[str, float]:
+    """How far the trainer's probabilities are from the sampler's.
+
+    Mirrors `verl/utils/debug/metrics.py::calculate_debug_metrics`:
+
+        diff_t = | exp(old_log_probs_t) - exp(rollout_log_probs_t) |   over valid response tokens
+        training/rollout_probs_diff_{max,mean,std}, training/rollout_actor_probs_pearson_corr
+
+    verl's FAQ: a mean below about 0.005 is normal; above 0.01 the rollout and the trainer disagree.
+    """
+    mask = batch["response_mask"].bool()
+    actor_probs, rollout_probs = batch["old_log_probs"].exp()[mask], batch["rollout_log_probs"].exp()[mask]
+    if actor_probs.numel() == 0:
+        return {"training/rollout_probs_diff_valid": 0.0}
+    diff = (actor_probs - rollout_probs).abs()
+    corr = torch.corrcoef(torch.stack([actor_probs, rollout_probs]))[0, 1] if actor_probs.numel() > 1 else torch.nan
+    return {"training/rollout_probs_diff_valid": 1.0, "training/rollout_probs_diff_max": diff.max().item(),
+            "training/rollout_probs_diff_mean": diff.mean().item(),
+            "training/rollout_probs_diff_std": diff.std().item() if diff.numel() > 1 else 0.0,
+            "training/rollout_actor_probs_pearson_corr": float(corr)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation metrics (verl/trainer/ppo/metric_utils.py::process_validation_metrics)
+# ----------------------------------------------------------------------------------------------
+
+
+def bootstrap_metric(values: list[float], subset_size: int, reduce_fns, n_bootstrap: int = 1000,
+                     seed: int = 42) -> list[tuple[float, float]]:
+    """(mean, std) over n_bootstrap resamples (with replacement) of `subset_size` values, for each reduce_fn.
+
+    verl reseeds numpy's global generator (np.random.seed(42)) on every call; a RandomState(seed)
+    draws the same numbers without touching the global state.
+    """
+    rng = np.random.RandomState(seed)
+    idxs = rng.choice(len(values), size=(n_bootstrap, subset_size), replace=True)
+    data = np.asarray(values)[idxs]
+    results = []
+    for reduce_fn in reduce_fns:
+        reduced = reduce_fn(data, axis=1)
+        results.append((float(np.mean(reduced)), float(np.std(reduced))))
+    return results
+
+
+def _sample_sizes(n: int) -> list[int]:
+    """verl's gen_ns: the powers of two below n, then n (nothing for n <= 1)."""
+    if n <= 1:
+        return []
+    sizes, k = [], 2
+    while k < n:
+        sizes.append(k)
+        k *= 2
+    return sizes + [n]
+
+
+def _majority_value(values: list[float], preds: list) -> float:
+    """The value of the most frequent prediction (first one seen among equals), verl's calc_maj_val."""
+    votes: dict = {}
+    for value, pred in zip(values, preds):
+        votes.setdefault(pred, []).append(value)
+    return max(votes.values(), key=len)[0]
+
+
+def process_validation_metrics(data_sources: list[str], uids: list[str], infos: dict[str, list],
+                               seed: int = 42) -> dict[str, float]:
+    """val-core/val-aux metrics from per-response values, as verl's `_validate` and `_val_metrics_update` name them.
+
+    For each data source, variable (reward, acc, ...) and prompt (uid) with n responses:
+        mean@n, std@n (n > 1), best@k/{mean,std}, worst@k/{mean,std} (bootstrap), maj@k/{mean,std}
+        (if the reward returns a "pred"), for k in 2, 4, ... < n and n; then averaged over prompts.
+    The core variable is `acc` if present, else `reward`. Its mean@N, best@N/* and maj@N/* at the largest
+    N go to `val-core/<data_source>/<var>/<metric>`; everything else to `val-aux/...`.
+    """
+    grouped: dict = {}
+    for i, (source, uid) in enumerate(zip(data_sources, uids)):
+        for var, values in infos.items():
+            grouped.setdefault(source, {}).setdefault(var, {}).setdefault(uid, []).append(values[i])
+    per_source: dict = {}
+    for source, variables in grouped.items():
+        for var, by_uid in variables.items():
+            for uid, values in by_uid.items():
+                values = [v for v in values if v is not None]
+                if not values or isinstance(values[0], str):
+                    continue
+                values = [float(v) for v in values]
+                n = len(values)
+                stats = {f"mean@{n}": float(np.mean(values))}
+                if n > 1:
+                    stats[f"std@{n}"] = float(np.std(values))
+                    preds = grouped[source].get("pred", {}).get(uid)
+                    for k in _sample_sizes(n):
+                        (best_mean, best_std), (worst_mean, worst_std) = bootstrap_metric(
+                            values, k, [np.max, np.min], seed=seed)
+                        stats.update({f"best@{k}/mean": best_mean, f"best@{k}/std": best_std,
+                                      f"worst@{k}/mean": worst_mean, f"worst@{k}/std": worst_std})
+                        if preds is not None and len(preds) == n and all(p is not None for p in preds):
+                            rng = np.random.RandomState(seed)
+                            idxs = rng.choice(n, size=(1000, k), replace=True)
+                            maj = [_majority_value([values[j] for j in row], [preds[j] for j in row]) for row in idxs]
+                            stats.update({f"maj@{k}/mean": float(np.mean(maj)), f"maj@{k}/std": float(np.std(maj))})
+                for metric, value in stats.items():
+                    per_source.setdefault(source, {}).setdefault(var, {}).setdefault(metric, []).append(value)
+    metrics = {}
+    for source, variables in per_source.items():
+        core_var = "acc" if "acc" in variables else "reward"
+        for var, metric_values in variables.items():
+            n_max = max(int(name.split("@")[-1].split("/")[0]) for name in metric_values)
+            for metric, values in metric_values.items():
+                core = (var == core_var and metric.startswith(("mean", "maj", "best")) and f"@{n_max}" in metric)
+                metrics[f"{'val-core' if core else 'val-aux'}/{source}/{var}/{metric}"] = float(np.mean(values))
+    return metrics
 
 
 def mean_of(metric_dicts: list[dict[str, float]]) -> dict[str, float]:

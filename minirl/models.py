@@ -175,7 +175,7 @@ def _from_pretrained(loader, path: str, **kwargs):
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
-    """Load a tokenizer the way verl's `verl/utils/tokenizer.py::hf_tokenizer` does.
+    """Load a tokenizer the way verl's `verl/utils/tokenizer/tokenizer.py::hf_tokenizer` does.
 
     Raises ValueError if it has no EOS token (responses could never end, and the response mask
     would be wrong). If it has no PAD token, PAD is set to EOS, as verl does; prompts are padded on
@@ -234,7 +234,7 @@ def compute_log_probs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropy) of the response tokens under `model`, in one forward pass.
 
-    Mirrors `verl/workers/actor/dp_actor.py::DataParallelPPOActor._forward_micro_batch`: the logits
+    Mirrors `verl/workers/engine/fsdp/transformer_impl.py::FSDPEngineWithLMHead.prepare_model_outputs`: the logits
     at position t predict token t+1, so the response's logits are those at [-R-1, -1); they are
     divided by the rollout temperature (the distribution the tokens were sampled from) before
     `logprobs_from_logits`.
@@ -260,7 +260,7 @@ def compute_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor
                    response_length: int, response_mask: torch.Tensor) -> torch.Tensor:
     """The critic's value V(s_t) for each response token, 0 on padding.
 
-    Mirrors `verl/workers/critic/dp_critic.py::DataParallelPPOCritic._forward_micro_batch`: the
+    Mirrors `verl/workers/engine/fsdp/transformer_impl.py::FSDPEngineWithValueHead.prepare_model_outputs`: the
     value of the state *before* response token t is read at position t-1 (the same shift as the
     logits), and values are multiplied by the response mask.
 

@@ -1,7 +1,9 @@
 """Verifiable rewards: score a response string against a ground truth, chosen by `data_source`.
 
 Mirrors verl 0.9.1's `verl/utils/reward_score/` (`gsm8k.compute_score`, `default_compute_score`) and
-`verl/workers/reward_manager/naive.py::NaiveRewardManager`. The GSM8K scorer matches verl exactly;
+the naive reward manager that verl 0.9.1's trainer runs inside its reward loop,
+`verl/experimental/reward_loop/reward_manager/naive.py::NaiveRewardManager.run_single`. The GSM8K
+scorer matches verl exactly;
 the boxed-answer scorer is in the spirit of verl's `math_dapo` (normalise, compare, score +1/-1)
 with its own, smaller normaliser. The "writing reward functions" lab reads this file.
 
@@ -165,7 +167,9 @@ class NaiveRewardManager:
     For each row: decode the valid response tokens (special tokens skipped), call
     `compute_score(data_source, solution_str, ground_truth, extra_info)`, and put the score on the
     last valid response token. A dict result contributes its "score" and every key goes to the
-    extra info (e.g. "acc"); a plain number is logged as "acc" too (as verl's DAPO manager does).
+    extra info (e.g. "acc"); a plain number is logged as "acc" too, as verl 0.9.1's reward loop does
+    (`experimental/reward_loop/reward_manager/naive.py::NaiveRewardManager.run_single`; the older
+    `verl/workers/reward_manager/naive.py` adds no "acc").
 
     Args:
         tokenizer: decodes response ids.

@@ -65,6 +65,7 @@ def generate_sequences(
     top_p: float = 1.0,
     top_k: int = -1,
     generator: torch.Generator | None = None,
+    seeds: list[int] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Sample `n` responses for each left-padded prompt.
 
@@ -76,6 +77,11 @@ def generate_sequences(
         greedy:    token = argmax(logits),  p = softmax(logits)
         rollout_log_probs_t = log p(token_t)          (0 after the response ends)
 
+    A token is drawn by inverse-CDF sampling: with u_t ~ Uniform(0, 1) drawn for the row in
+    advance, token_t = the first token whose cumulative probability exceeds u_t. One uniform per
+    row and step (not one per vocabulary entry) lets each row have its own seed: a row's response
+    then depends only on its seed, not on which other rows share the batch or the process.
+
     Args:
         model: a Hugging Face causal LM (e.g. from minirl.models.load_policy).
         input_ids, attention_mask: (B, P) left-padded prompts.
@@ -83,8 +89,10 @@ def generate_sequences(
         response_length: maximum new tokens (verl's `data.max_response_length`).
         n: responses per prompt (`actor_rollout_ref.rollout.n`), >= 1.
         do_sample, temperature, top_p, top_k: `rollout.do_sample/temperature/top_p/top_k`.
-        generator: torch RNG for sampling (seeded runs); a CPU generator is turned into one on the
-            model's device, seeded from it.
+        generator: torch RNG (CPU) for the uniforms of all rows (seeded runs).
+        seeds: one seed per output row (B' of them) instead of `generator`: row i's uniforms come
+            from its own generator, so its sample does not depend on the batch it was part of
+            (the trainer seeds each row from (trainer seed, step, global row)).
     Returns:
         dict of tensors, with R = response_length and B' = B * n:
         prompts (B', P), responses (B', R), input_ids (B', P+R), attention_mask (B', P+R),
@@ -100,15 +108,21 @@ def generate_sequences(
     if input_ids.shape != attention_mask.shape or input_ids.dim() != 2 or input_ids.shape[0] == 0:
         raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must "
                          "be the same non-empty (batch, prompt_length) shape.")
+    batch = input_ids.shape[0] * n
+    if seeds is not None and len(seeds) != batch:
+        raise ValueError(f"seeds has {len(seeds)} entries for {batch} output rows (one per prompt and sample).")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    if generator is not None and generator.device != device:  # sampling on a GPU needs a GPU generator
-        seed = int(torch.randint(2**62, (1,), generator=generator))
-        generator = torch.Generator(device=device).manual_seed(seed)
     prompts = input_ids.repeat_interleave(n, dim=0).to(device)
     prompt_mask = attention_mask.repeat_interleave(n, dim=0).to(device)
-    batch = prompts.shape[0]
+    if do_sample:  # drawn on the CPU in float64, so a seed gives the same response on any device
+        if seeds is not None:
+            uniforms = torch.stack([torch.rand(response_length, dtype=torch.float64,
+                                               generator=torch.Generator().manual_seed(int(s))) for s in seeds])
+        else:
+            uniforms = torch.rand((batch, response_length), dtype=torch.float64, generator=generator)
+        uniforms = uniforms.to(device)
 
     # Prefill: run the whole prompt once, keep the KV cache.
     mask = prompt_mask.clone()
@@ -122,7 +136,10 @@ def generate_sequences(
     for t in range(response_length):
         if do_sample:
             log_p = F.log_softmax(apply_top_k_top_p(logits / temperature, top_k, top_p), dim=-1)
-            token = torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1)
+            cdf = log_p.double().exp().cumsum(dim=-1)
+            u = uniforms[:, t : t + 1] * cdf[:, -1:]  # scaled by the total so rounding cannot overshoot
+            # right=True: the first token with cdf > u, so a token of probability 0 is never drawn
+            token = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=logits.shape[-1] - 1)
         else:
             log_p = F.log_softmax(logits, dim=-1)
             token = log_p.argmax(dim=-1)

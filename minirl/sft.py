@@ -3,7 +3,7 @@
 From a random initialisation an exact-match reward gives almost no signal (no answer is ever
 right), so RL starts from a model that imitated demonstrations first, as InstructGPT and
 DeepSeek-R1 do. Our demonstrations are noisy (a fraction has a wrong answer): imitation alone is
-then capped, and RL has room to beat it. verl's twin is `verl/trainer/fsdp_sft_trainer.py`.
+then capped, and RL has room to beat it. verl's twin is `verl/trainer/sft_trainer.py`.
 
     python -m minirl.sft                      # build (or reuse) the cached default warm start
     default_warm_start()                      # the same, from Python: returns the model directory
@@ -28,10 +28,12 @@ from tqdm.auto import tqdm
 
 from minirl import data as data_lib
 from minirl import models
+from minirl.config import OptimConfig
 from minirl.data import compute_position_ids
 from minirl.evaluate import evaluate
+from minirl.optim import build_lr_scheduler
 
-WARM_START_VERSION = 1  # bump when the build changes, so cached warm starts are rebuilt
+WARM_START_VERSION = 2  # bump when the build changes, so cached warm starts are rebuilt
 
 
 @dataclass
@@ -51,7 +53,8 @@ class SFTConfig:
     batch_size: int = 64
     """Demonstrations per step."""
     lr: float = 3e-3
-    """AdamW learning rate (constant after a short linear warm-up)."""
+    """AdamW learning rate (constant after a short linear warm-up; gradients clipped to norm 1, which keeps
+    a late loss spike from knocking the model off a good state)."""
     warmup_steps: int = 20
     """Linear learning-rate warm-up."""
     max_length: int = 48
@@ -114,7 +117,8 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
     loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=True, drop_last=True,
                         generator=torch.Generator().manual_seed(config.seed))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
+    schedule = OptimConfig(lr=config.lr, lr_warmup_steps=config.warmup_steps, lr_scheduler_type="constant")
+    scheduler = build_lr_scheduler(optimizer, schedule, config.steps)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     model.train()
     losses, step = [], 0
@@ -127,6 +131,7 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
             mask = loss_mask[:, :-1]
             loss = -(token_log_probs * mask).sum() / mask.sum()
             accelerator.backward(loss)
+            accelerator.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad()

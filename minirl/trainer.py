@@ -1,24 +1,31 @@
 """The single controller: verl's `RayPPOTrainer.fit()` in one readable file.
 
-One training step, in verl's order and with verl's names (`verl/trainer/ppo/ray_trainer.py`):
+minirl mirrors verl 0.9.1's legacy trainer, `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit`
+(`trainer.use_v1=false`; 0.9.1 marks it deprecated). Its default v1 trainer
+(`verl/trainer/ppo/v1/trainer_base.py`) keeps the same stage order but runs rollouts as per-uid
+agent-loop sessions feeding a replay buffer (which also hosts DAPO's group filter and off-policy
+modes) instead of `batch.repeat(n, interleave=True)`. One training step, in verl's order and names:
 
     uid per prompt -> repeat n (interleaved) -> generate -> (ReMax: greedy baseline) -> reward
-    -> (DAPO: keep groups with a reward spread, generate more if needed)
+    -> (DAPO: keep groups with a reward spread, generate more if needed) -> balance_batch
     -> old log-probs (actor) -> reference log-probs (if a KL is used) -> values (if a critic is used)
-    -> KL in the reward (optional) -> rollout correction (optional) -> advantages
-    -> critic update -> actor update -> metrics -> validation -> checkpoint
+    -> KL in the reward (optional) -> rollout correction -> advantages
+    -> critic update -> actor update (after trainer.critic_warmup) -> checkpoint -> validation -> metrics
 
 The trainer decides *what* happens *when*; the workers (`minirl/workers.py`) do the model work.
-That split is HybridFlow's idea, and Chapter 10 reads this file beside verl's.
+That split is HybridFlow's idea, and Chapter 10 reads this file beside verl's. Every process holds
+the same global batch and computes every batch-level quantity (advantages, whitening, the KL
+controller, metrics) on all of it, as verl's driver does; only the model work is sharded
+(`minirl/parallel.py`), so N processes make exactly the run of one.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import random
 import shutil
-import uuid
+import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -30,19 +37,21 @@ from tqdm.auto import tqdm
 from minirl import data as data_lib
 from minirl import models
 from minirl.config import TINY, Config, load_config, to_yaml
-from minirl.core import masked_mean
+from minirl.core import agg_loss
 from minirl.dapo import filter_groups
-from minirl.evaluate import evaluate
 from minirl.gae import compute_gae_advantage_return
 from minirl.grpo import compute_grpo_outcome_advantage
 from minirl.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
 from minirl.metrics import (
     Tracking,
     compute_data_metrics,
+    compute_debug_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
+    process_validation_metrics,
     timer,
 )
+from minirl.parallel import check_launch, dp_compute
 from minirl.protocol import DataProto
 from minirl.reinforce_pp import (
     compute_reinforce_plus_plus_baseline_outcome_advantage,
@@ -56,11 +65,13 @@ from minirl.rollout_correction import (
     compute_rollout_correction_weights,
     compute_rollout_rejection_mask,
 )
+from minirl.seqlen_balancing import balance_order
 from minirl.sft import default_warm_start, warm_start_dir
 from minirl.workers import Actor, Critic, Reference, Rollout
 
 CHECKPOINT_PREFIX = "global_step_"
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name
+TRAIN, VALIDATION = 0, 1  # tags that keep training and validation sampling seeds apart
 
 
 # ----------------------------------------------------------------------------------------------
@@ -70,7 +81,7 @@ LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name
 
 def compute_advantage(data: DataProto, adv_estimator: str, gamma: float = 1.0, lam: float = 1.0,
                       norm_adv_by_std_in_grpo: bool = True) -> DataProto:
-    """Add `advantages` and `returns` to the batch with the chosen estimator."""
+    """Add `advantages` and `returns` to the (whole) batch with the chosen estimator."""
     rewards, mask = data["token_level_rewards"], data["response_mask"]
     if adv_estimator == "gae":
         advantages, returns = compute_gae_advantage_return(rewards, data["values"], mask, gamma, lam)
@@ -91,216 +102,266 @@ def compute_advantage(data: DataProto, adv_estimator: str, gamma: float = 1.0, l
 
 
 def _seed_for(*parts: int) -> int:
-    """A reproducible 63-bit seed from integers (step, rank, ...): resuming replays the same randomness."""
+    """A reproducible 63-bit seed from integers (seeds, step, row, ...): resuming replays the same randomness."""
     return int.from_bytes(np.random.SeedSequence(list(parts)).generate_state(2, np.uint32).tobytes(), "little") >> 1
 
 
 class PPOTrainer:
-    """Builds the workers from a Config and runs `fit()`; one process or several (`accelerate launch`)."""
+    """Builds the workers from a Config and runs `fit()`; one process or several (see README)."""
 
     def __init__(self, config: Config, show_progress: bool | None = None):
-        self.config = config
-        cfg = config
+        self.config = cfg = config
         trackers = [name for name in cfg.trainer.logger if name in ("tensorboard", "wandb")]
+        for name in trackers:
+            if importlib.util.find_spec(name) is None:
+                raise ValueError(f"trainer.logger asks for {name}, which is not installed: pip install {name}, or "
+                                 f"drop it (e.g. trainer.logger=[console]).")
         self.run_dir = Path(cfg.trainer.default_local_dir)
         self.accelerator = Accelerator(log_with=trackers or None, project_dir=str(self.run_dir))
-        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+        check_launch(self.accelerator)
+        self.world = self.accelerator.num_processes
+        if self.world > 1 and self.accelerator.is_main_process:
+            print(f"minirl: {self.world} processes in one group ({self.accelerator.distributed_type.value})",
+                  file=sys.stderr)
         self.show_progress = cfg.trainer.progress_bar if show_progress is None else show_progress
-        random.seed(cfg.trainer.seed)
-        np.random.seed(cfg.trainer.seed)
-        torch.manual_seed(cfg.trainer.seed)
+        self.seed = 0 if cfg.data.seed is None else cfg.data.seed
+        torch.manual_seed(self.seed)  # the critic's new value head is the only random initialisation
+        self._check_world_size()
 
-        n = cfg.actor_rollout_ref.rollout.n
-        mini_batch_size = cfg.actor_rollout_ref.actor.ppo_mini_batch_size
-        for name, value in (("data.train_batch_size", cfg.data.train_batch_size),
-                            ("actor_rollout_ref.actor.ppo_mini_batch_size", mini_batch_size)):
-            if value % self.world:
-                raise ValueError(f"{name}={value} must be divisible by the number of processes ({self.world}).")
-        self.local_prompts = cfg.data.train_batch_size // self.world
-        rows_per_mini_batch = mini_batch_size * n // self.world
-
-        # Models and data. "tiny" means the cached SFT warm start and its dataset (built once, by rank 0).
+        # Models and data. "tiny" means the cached SFT warm start and its dataset (built once).
         model_path, train_files, val_files = self._resolve_paths()
         self.tokenizer = models.load_tokenizer(model_path)
-        self.train_rows = data_lib.read_parquet(train_files).to_list()
-        val_rows = data_lib.read_parquet(val_files).to_list()
-        self.val_rows = val_rows if cfg.data.val_max_samples < 0 else val_rows[: cfg.data.val_max_samples]
+        data = cfg.data
+        self.train_rows = data_lib.load_rl_rows(train_files, self.tokenizer, data.max_prompt_length,
+                                                data.filter_overlong_prompts, data.train_max_samples, data.shuffle,
+                                                data.seed)
+        self.val_rows = data_lib.load_rl_rows(val_files, self.tokenizer, data.max_prompt_length,
+                                              data.filter_overlong_prompts, data.val_max_samples, False)
         self.reward_fn = NaiveRewardManager(self.tokenizer)
+        # verl's dataloader yields batches of gen_batch_size (or train_batch_size) prompts and drops the last
+        # partial batch of each epoch; total_training_steps defaults to total_epochs passes over it.
+        self.loader_batch_size = data.gen_batch_size or data.train_batch_size
+        self.steps_per_epoch = len(self.train_rows) // self.loader_batch_size
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"the training set has {len(self.train_rows)} prompts, fewer than one batch of "
+                             f"{self.loader_batch_size}: lower data.train_batch_size or add data.")
+        by_epochs = cfg.trainer.total_epochs * self.steps_per_epoch
+        self.total_training_steps = min(cfg.trainer.total_training_steps or by_epochs, by_epochs)
 
-        temperature = cfg.actor_rollout_ref.rollout.temperature
-        self.actor = Actor(models.load_policy(model_path), cfg.actor_rollout_ref.actor, temperature, self.accelerator,
-                           rows_per_mini_batch)
+        rollout = cfg.actor_rollout_ref.rollout
+        self.actor = Actor(models.load_policy(model_path), cfg.actor_rollout_ref.actor, rollout,
+                           cfg.actor_rollout_ref.model.enable_gradient_checkpointing, self.accelerator,
+                           self.total_training_steps)
         self.rollout = Rollout(self.actor, self.tokenizer)
         algo = cfg.algorithm
         self.use_reference = algo.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss
-        self.reference = Reference(models.load_policy(model_path), temperature, self.accelerator) \
-            if self.use_reference else None
+        self.reference = Reference(models.load_policy(model_path), cfg.actor_rollout_ref.ref, rollout.temperature,
+                                   self.accelerator) if self.use_reference else None
         self.use_critic = cfg.critic.enable if cfg.critic.enable is not None else algo.adv_estimator == "gae"
         if self.use_critic:
             critic_path = model_path if cfg.critic.model.path == TINY else cfg.critic.model.path
-            self.critic = Critic(models.load_critic(critic_path), cfg.critic, self.accelerator, rows_per_mini_batch,
-                                 cfg.actor_rollout_ref.actor.loss_agg_mode)
+            self.critic = Critic(models.load_critic(critic_path), cfg.critic,
+                                 cfg.critic.model.enable_gradient_checkpointing, self.accelerator,
+                                 self.total_training_steps)
         self.kl_ctrl = (AdaptiveKLController(algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
                         if algo.kl_ctrl.type == "adaptive" else FixedKLController(algo.kl_ctrl.kl_coef))
         self.global_step = 0
-        self.data_position = 0  # prompts consumed so far (global), so a resumed run continues the same order
+        self.data_position = 0  # prompts consumed so far, so a resumed run continues the same order
 
     # ------------------------------------------------------------------------------------------
     # Setup helpers
     # ------------------------------------------------------------------------------------------
 
-    def _resolve_paths(self) -> tuple[str, str, str]:
+    def _check_world_size(self) -> None:
+        cfg = self.config
+        if cfg.trainer.n_gpus_per_node is not None and cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes != self.world:
+            raise ValueError(f"trainer.n_gpus_per_node * trainer.nnodes = {cfg.trainer.n_gpus_per_node} * "
+                             f"{cfg.trainer.nnodes} but the launch started {self.world} process(es): make them agree "
+                             "(or drop trainer.n_gpus_per_node to use whatever the launch started).")
+        n = cfg.actor_rollout_ref.rollout.n
+        for name, prompts in (("actor_rollout_ref.actor.ppo_mini_batch_size",
+                               cfg.actor_rollout_ref.actor.ppo_mini_batch_size),
+                              ("critic.ppo_mini_batch_size", cfg.critic.ppo_mini_batch_size)):
+            if prompts * n % self.world:
+                raise ValueError(f"{name} * rollout.n = {prompts * n} responses per mini-batch must be divisible "
+                                 f"by the number of processes ({self.world}), as in verl.")
+
+    def _resolve_paths(self) -> tuple:
         cfg = self.config
         paths = [cfg.actor_rollout_ref.model.path, cfg.data.train_files, cfg.data.val_files]
         if TINY in paths:
             if self.world > 1 and not (warm_start_dir() / "warm_start.json").exists():
                 # Building it here would run SFT's own data-parallel training inside this launch.
                 raise ValueError("the tiny warm start is not built yet: run `python -m minirl warm-start` once "
-                                 "(one process), then `accelerate launch ... -m minirl train`.")
+                                 "(one process), then launch the processes.")
             warm = default_warm_start(show_progress=self.accelerator.is_main_process)
             tiny = {0: str(warm), 1: str(warm / "data" / "train.parquet"), 2: str(warm / "data" / "test.parquet")}
             paths = [tiny[i] if p == TINY else p for i, p in enumerate(paths)]
         return tuple(paths)
 
-    def _next_prompts(self, count: int) -> list[dict]:
-        """The next `count` prompts of the seeded, epoch-wise shuffled stream (global order)."""
-        rows, total = [], len(self.train_rows)
+    def _next_prompts(self, count: int) -> tuple[list[dict], list[int], int]:
+        """The next `count` prompts of the seeded, epoch-wise shuffled stream, their stream positions, and the epoch."""
+        rows, positions = [], []
+        usable = self.steps_per_epoch * self.loader_batch_size  # verl's drop_last: a partial batch is skipped
+        first_epoch = self.data_position // usable
         for position in range(self.data_position, self.data_position + count):
-            epoch, offset = divmod(position, total)
-            order = (np.random.default_rng(_seed_for(self.config.trainer.seed, epoch)).permutation(total)
-                     if self.config.data.shuffle else np.arange(total))
+            epoch, offset = divmod(position, usable)
+            order = (np.random.default_rng(_seed_for(self.seed, epoch)).permutation(len(self.train_rows))
+                     if self.config.data.shuffle else np.arange(len(self.train_rows)))
             rows.append(self.train_rows[order[offset]])
+            positions.append(position)
         self.data_position += count
-        return rows
+        return rows, positions, first_epoch
 
-    def _prompt_batch(self, rows: list[dict]) -> DataProto:
-        """This process's share of `rows` as a DataProto: tokenised prompts plus the per-row fields."""
-        share = len(rows) // self.world
-        mine = rows[self.rank * share : (self.rank + 1) * share]
-        encoded = data_lib.encode_prompts(self.tokenizer, [r["prompt"] for r in mine],
-                                          self.config.data.max_prompt_length)
+    def _prompt_batch(self, rows: list[dict], uids: list[str]) -> DataProto:
+        """The global batch of prompts: tokenised prompts plus the per-row fields (uid = one per prompt)."""
+        data = self.config.data
+        encoded = data_lib.encode_prompts(self.tokenizer, [r["prompt"] for r in rows], data.max_prompt_length,
+                                          data.truncation)
         return DataProto(batch=encoded, non_tensor_batch={
-            "data_source": [r["data_source"] for r in mine], "reward_model": [r["reward_model"] for r in mine],
-            "extra_info": [r.get("extra_info") for r in mine],
-            "uid": [str(uuid.uuid4()) for _ in mine]})  # one uid per prompt, shared by its n responses
+            "data_source": [r["data_source"] for r in rows], "reward_model": [r["reward_model"] for r in rows],
+            "extra_info": [r.get("extra_info") for r in rows], "uid": uids})
 
-    def _generation_meta(self, seed: int, greedy: bool = False) -> dict:
+    def _generate(self, prompts: DataProto, n: int, sampling: dict, seed_parts: tuple) -> DataProto:
+        """n responses per prompt row; row i of the repeated batch is sampled with seed (rollout.seed, data.seed,
+        *seed_parts, i), so the responses do not depend on the number of processes."""
+        gen_batch = DataProto(batch={k: prompts[k] for k in ("input_ids", "attention_mask")}).repeat(n, interleave=True)
+        rollout_seed = self.config.actor_rollout_ref.rollout.seed
+        gen_batch.batch["row_seed"] = torch.tensor(
+            [_seed_for(rollout_seed, self.seed, *seed_parts, i) for i in range(len(gen_batch))], dtype=torch.long)
+        gen_batch.meta_info = {"response_length": self.config.data.max_response_length, **sampling}
+        return self.rollout.generate_sequences(gen_batch)
+
+    def _sampling(self, validation: bool = False) -> dict:
         rollout = self.config.actor_rollout_ref.rollout
-        return {"response_length": self.config.data.max_response_length, "do_sample": rollout.do_sample and not greedy,
-                "temperature": rollout.temperature, "top_p": rollout.top_p, "top_k": rollout.top_k, "seed": seed}
+        source = rollout.val_kwargs if validation else rollout
+        return {"do_sample": source.do_sample and source.temperature > 0, "temperature": source.temperature,
+                "top_p": source.top_p, "top_k": source.top_k}
 
-    def _reward(self, batch: DataProto) -> tuple[torch.Tensor, dict]:
-        return self.reward_fn({"responses": batch["responses"], "response_mask": batch["response_mask"],
-                               "data_source": list(batch["data_source"]), "reward_model": list(batch["reward_model"]),
-                               "extra_info": list(batch["extra_info"])})
+    def _reward(self, batch: DataProto) -> DataProto:
+        """token_level_scores and the reward function's extra values (acc, pred, ...) per row, computed in shards."""
+        def score(chunk: DataProto) -> DataProto:
+            scores, extra = self.reward_fn({
+                "responses": chunk["responses"], "response_mask": chunk["response_mask"],
+                "data_source": list(chunk["data_source"]), "reward_model": list(chunk["reward_model"]),
+                "extra_info": list(chunk["extra_info"])})
+            return DataProto(batch={"token_level_scores": scores}, non_tensor_batch=extra)
+
+        fields = ("responses", "response_mask")
+        view = DataProto(batch={k: batch[k] for k in fields},
+                         non_tensor_batch={k: batch[k] for k in ("data_source", "reward_model", "extra_info")})
+        return dp_compute(score, view, self.accelerator)
 
     # ------------------------------------------------------------------------------------------
     # One generation round: prompts -> scored responses
     # ------------------------------------------------------------------------------------------
 
-    def _generate_and_score(self, prompt_rows: list[dict], seed: int, timing: dict) -> DataProto:
+    def _generate_and_score(self, count: int, round_index: int, timing: dict) -> tuple[DataProto, int]:
         cfg = self.config
         n = cfg.actor_rollout_ref.rollout.n
-        batch = self._prompt_batch(prompt_rows)
-        gen_batch = DataProto(batch={k: batch[k] for k in ("input_ids", "attention_mask")},
-                              meta_info=self._generation_meta(seed))
+        rows, positions, epoch = self._next_prompts(count)
+        batch = self._prompt_batch(rows, [str(p) for p in positions])  # a prompt's stream position is its uid
         with timer("gen", timing):
-            gen_output = self.rollout.generate_sequences(gen_batch.repeat(n, interleave=True))
-        if cfg.algorithm.adv_estimator == "remax":
-            with timer("gen_max", timing):  # the greedy answer to each (un-repeated) prompt is the baseline
-                gen_batch.meta_info = self._generation_meta(seed, greedy=True)
-                greedy = self.rollout.generate_sequences(gen_batch)
-                baseline_scores, _ = self._reward(DataProto(
-                    batch={k: greedy[k] for k in ("responses", "response_mask")},
-                    non_tensor_batch=batch.non_tensor_batch))
-                batch.batch["reward_baselines"] = baseline_scores.sum(-1)
+            gen_output = self._generate(batch, n, self._sampling(), (TRAIN, self.global_step, round_index))
+            if cfg.algorithm.adv_estimator == "remax":  # the greedy answer to each prompt is the baseline
+                greedy = self._generate(batch, 1, {**self._sampling(), "do_sample": False}, ())
+                greedy.non_tensor_batch = dict(batch.non_tensor_batch)
+                batch.batch["reward_baselines"] = self._reward(greedy)["token_level_scores"].sum(-1)
         batch = batch.repeat(n, interleave=True)
         for key in ("input_ids", "attention_mask", "position_ids"):  # the rollout returns prompt + response
             batch.batch.pop(key)
         batch = batch.union(gen_output)
         with timer("reward", timing):
-            scores, extra = self._reward(batch)
-        batch.batch["token_level_scores"] = scores
-        batch.non_tensor_batch["acc"] = np.array(extra.get("acc", scores.sum(-1).tolist()), dtype=object)
-        return batch
+            batch = batch.union(self._reward(batch))
+        return batch, epoch
 
-    def _collect_batch(self, timing: dict, metrics: dict) -> DataProto:
+    def _filter_metric(self, batch: DataProto) -> torch.Tensor:
+        metric = self.config.algorithm.filter_groups.metric
+        if metric in ("reward", "seq_reward"):
+            return batch["token_level_scores"].sum(-1)
+        if metric == "seq_final_reward":
+            raise ValueError("filter_groups.metric=seq_final_reward needs the KL-penalised reward, which minirl "
+                             "computes after filtering: use reward (verl 0.9.1's default).")
+        if metric not in batch:
+            raise ValueError(f"algorithm.filter_groups.metric={metric!r}: the reward function returns no such "
+                             "value. Use reward, or a key your compute_score returns in its dict (e.g. acc).")
+        return torch.tensor([float(v) for v in batch[metric]])
+
+    def _collect_batch(self, timing: dict, metrics: dict) -> tuple[DataProto, int]:
         """Generate (and, with DAPO's filter_groups, keep generating) until the batch is complete."""
         cfg = self.config
-        step_seed = _seed_for(cfg.trainer.seed, self.global_step, self.rank)
         if not cfg.algorithm.filter_groups.enable:
-            return self._generate_and_score(self._next_prompts(cfg.data.train_batch_size), step_seed, timing)
-        gen_size = cfg.data.gen_batch_size or cfg.data.train_batch_size
-        n, kept, rounds = cfg.actor_rollout_ref.rollout.n, [], 0
+            return self._generate_and_score(cfg.data.train_batch_size, 0, timing)
+        n, kept, rounds, dropped = cfg.actor_rollout_ref.rollout.n, [], 0, 0
         while True:
+            batch, epoch = self._generate_and_score(self.loader_batch_size, rounds, timing)
             rounds += 1
-            batch = self._generate_and_score(self._next_prompts(gen_size), step_seed + rounds, timing)
-            metric = cfg.algorithm.filter_groups.metric
-            values = (batch["token_level_scores"].sum(-1) if metric in ("score", "seq_reward")
-                      else torch.tensor([float(a) for a in batch["acc"]]))
-            rows, dropped = filter_groups(values, batch["uid"])
+            rows, num_dropped = filter_groups(self._filter_metric(batch), batch["uid"])
             kept.append(batch.select_idxs(rows))
-            metrics["train/num_dropped_groups"] = metrics.get("train/num_dropped_groups", 0) + dropped
+            dropped += num_dropped
             have = sum(len(part) for part in kept) // n
-            enough = torch.tensor(float(have >= self.local_prompts), device=self.accelerator.device)
-            if self.world > 1:
-                enough = self.accelerator.reduce(enough, reduction="min")
-            if enough.item():
+            if have >= cfg.data.train_batch_size:
                 break
             limit = cfg.algorithm.filter_groups.max_num_gen_batches
             if 0 < limit <= rounds:
                 raise RuntimeError(f"filter_groups: after {rounds} generation rounds only {have} of "
-                                   f"{self.local_prompts} prompts had a reward spread. Raise "
-                                   "algorithm.filter_groups.max_num_gen_batches or data.gen_batch_size, or "
-                                   "start from a model whose answers vary more.")
-        metrics["train/num_gen_batches"] = rounds
-        return DataProto.concat(kept).slice(0, self.local_prompts * n)
+                                   f"{cfg.data.train_batch_size} prompts had a reward spread. Raise "
+                                   "algorithm.filter_groups.max_num_gen_batches (0 = no limit) or data.gen_batch_size, "
+                                   "or start from a model whose answers vary more.")
+        metrics["minirl/num_gen_batches"] = rounds
+        metrics["minirl/num_dropped_groups"] = dropped
+        return DataProto.concat(kept).slice(0, cfg.data.train_batch_size * n), epoch
 
     # ------------------------------------------------------------------------------------------
     # The step
     # ------------------------------------------------------------------------------------------
 
-    def train_step(self) -> dict[str, float]:
+    def train_step(self, timing: dict) -> dict[str, float]:
         cfg, algo = self.config, self.config.algorithm
-        timing, metrics = {}, {}
-        with timer("step", timing):
-            batch = self._collect_batch(timing, metrics)
-            with timer("old_log_prob", timing):
-                old = self.actor.compute_log_prob(batch)
-                metrics["actor/entropy"] = masked_mean(old["entropys"], batch["response_mask"]).item()
-                batch = batch.union(DataProto(batch={"old_log_probs": old["old_log_probs"]}))
-            if self.use_reference:
-                with timer("ref", timing):
-                    batch = batch.union(self.reference.compute_ref_log_prob(batch))
-            if self.use_critic:
-                with timer("values", timing):
-                    batch = batch.union(self.critic.compute_values(batch))
-            with timer("adv", timing):
-                if algo.use_kl_in_reward:
-                    rewards, kl_metrics = apply_kl_penalty(batch["token_level_scores"], batch["old_log_probs"],
-                                                           batch["ref_log_prob"], batch["response_mask"], self.kl_ctrl,
-                                                           algo.kl_penalty)
-                    metrics.update(kl_metrics)
-                else:
-                    rewards = batch["token_level_scores"]
-                batch.batch["token_level_rewards"] = rewards
-                batch = self._rollout_correction(batch, metrics)
-                batch = compute_advantage(batch, algo.adv_estimator, algo.gamma, algo.lam, algo.norm_adv_by_std_in_grpo)
-            if self.use_critic:
-                with timer("update_critic", timing):
-                    metrics.update(self.critic.update_critic(batch))
+        actor_cfg, n = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout.n
+        metrics = {}
+        batch, epoch = self._collect_batch(timing, metrics)
+        if cfg.trainer.balance_batch:
+            batch = batch.select_idxs(balance_order(batch["attention_mask"].sum(-1)))
+        with timer("old_log_prob", timing):
+            old = self.actor.compute_log_prob(batch)
+            metrics["actor/entropy"] = agg_loss(old["entropys"], batch["response_mask"], actor_cfg.loss_agg_mode,
+                                                loss_scale_factor=actor_cfg.loss_scale_factor).item()
+            batch = batch.union(DataProto(batch={"old_log_probs": old["old_log_probs"]}))
+            metrics.update(compute_debug_metrics(batch))
+        if self.use_reference:
+            with timer("ref", timing):
+                batch = batch.union(self.reference.compute_ref_log_prob(batch))
+        if self.use_critic:
+            with timer("values", timing):
+                batch = batch.union(self.critic.compute_values(batch))
+        with timer("adv", timing):
+            if algo.use_kl_in_reward:
+                rewards, kl_metrics = apply_kl_penalty(batch["token_level_scores"], batch["old_log_probs"],
+                                                       batch["ref_log_prob"], batch["response_mask"], self.kl_ctrl,
+                                                       algo.kl_penalty)
+                metrics.update(kl_metrics)
+            else:
+                rewards = batch["token_level_scores"]
+            batch.batch["token_level_rewards"] = rewards
+            batch = self._rollout_correction(batch, metrics)
+            batch = compute_advantage(batch, algo.adv_estimator, algo.gamma, algo.lam, algo.norm_adv_by_std_in_grpo)
+        if self.use_critic:
+            with timer("update_critic", timing):
+                metrics.update(self.critic.update_critic(batch, cfg.critic.ppo_mini_batch_size * n))
+        if cfg.trainer.critic_warmup <= self.global_step:  # verl: the actor waits while critic_warmup > step
             with timer("update_actor", timing):
-                generator = torch.Generator().manual_seed(_seed_for(cfg.trainer.seed, self.global_step, 99))
-                metrics.update(self.actor.update_actor(batch, generator))
-        metrics.update(compute_data_metrics(batch, self.use_critic, cfg.data.max_response_length))
-        metrics["critic/acc/mean"] = float(np.mean([float(a) for a in batch["acc"]]))
-        # minirl's own metric: groups whose responses all scored the same carry no GRPO signal
-        scores = batch["token_level_scores"].sum(-1)
-        _, dropped = filter_groups(scores, batch["uid"])
-        metrics["train/zero_spread_group_frac"] = dropped / len(set(batch["uid"]))
-        metrics.update(compute_timing_metrics(batch, timing))
-        metrics.update(compute_throughput_metrics(batch, timing, self.world))
-        return self._average_over_processes(metrics)
+                metrics.update(self.actor.update_actor(batch, actor_cfg.ppo_mini_batch_size * n))
+        metrics["training/epoch"] = epoch
+        metrics.update(compute_data_metrics(batch, self.use_critic, cfg.data.max_prompt_length,
+                                            cfg.data.max_response_length))
+        # minirl's own metrics: accuracy when the reward returns it, and groups that carry no GRPO signal
+        if "acc" in batch:
+            metrics["minirl/acc/mean"] = float(np.mean([float(a) for a in batch["acc"]]))
+        _, zero_spread = filter_groups(batch["token_level_scores"].sum(-1), batch["uid"])
+        metrics["minirl/zero_spread_group_frac"] = zero_spread / len(set(batch["uid"]))
+        self._last_batch = batch
+        return metrics
 
     def _rollout_correction(self, batch: DataProto, metrics: dict) -> DataProto:
         """Off-policy metrics always; IS weights / rejection mask when configured (before advantages)."""
@@ -320,40 +381,35 @@ class PPOTrainer:
             metrics.update(rs_metrics)
         return batch
 
-    def _average_over_processes(self, metrics: dict[str, float]) -> dict[str, float]:
-        if self.world == 1:
-            return metrics
-        keys = sorted(metrics)
-        values = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.accelerator.device)
-        values = self.accelerator.reduce(values, reduction="mean")
-        return dict(zip(keys, values.tolist()))
-
     # ------------------------------------------------------------------------------------------
-    # Validation
+    # Validation (RayPPOTrainer._validate)
     # ------------------------------------------------------------------------------------------
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
-        """Greedy accuracy and mean reward on the validation prompts: val-core/<data_source>/{acc,reward}/mean@1."""
-        metrics = {}
-        by_source: dict[str, list[dict]] = {}
-        for row in self.val_rows:
-            by_source.setdefault(row["data_source"], []).append(row)
-        for source, rows in sorted(by_source.items()):
-            mine = rows[self.rank :: self.world]
-            result = evaluate(self.actor.unwrapped_model, self.tokenizer, mine, self.config.data.max_response_length,
-                              self.config.data.max_prompt_length)
-            sums = torch.tensor([result["acc"] * len(mine), result["reward"] * len(mine), len(mine)],
-                                dtype=torch.float64, device=self.accelerator.device)
-            if self.world > 1:
-                sums = self.accelerator.reduce(sums, reduction="sum")
-            metrics[f"val-core/{source}/acc/mean@1"] = (sums[0] / sums[2]).item()
-            metrics[f"val-core/{source}/reward/mean@1"] = (sums[1] / sums[2]).item()
-        return metrics
+        """Generate val_kwargs.n responses per validation prompt, score them, and name the metrics as verl does.
+
+        With verl's defaults (n=1, greedy) that is `val-core/<data_source>/acc/mean@1` when the reward
+        returns an accuracy (a float score counts as one, as verl's reward loop does), else
+        `val-core/<data_source>/reward/mean@1`; `val-aux/...` holds the rest.
+        """
+        n = self.config.actor_rollout_ref.rollout.val_kwargs.n
+        uids = [str(i) for i in range(len(self.val_rows))]
+        prompts = self._prompt_batch(self.val_rows, uids)
+        output = self._generate(prompts, n, self._sampling(validation=True), (VALIDATION, self.global_step))
+        batch = DataProto(non_tensor_batch=prompts.non_tensor_batch).repeat(n, interleave=True).union(output)
+        scored = self._reward(batch)
+        infos = {"reward": scored["token_level_scores"].sum(-1).tolist(),
+                 **{k: list(v) for k, v in scored.non_tensor_batch.items()}}
+        return process_validation_metrics(list(batch["data_source"]), list(batch["uid"]), infos)
 
     # ------------------------------------------------------------------------------------------
     # Checkpoints: written to a temporary directory, then renamed (never half-written)
     # ------------------------------------------------------------------------------------------
+
+    def _trained(self) -> dict:
+        """name -> trained model (actor, and critic if any)."""
+        return {"actor": self.actor, **({"critic": self.critic} if self.use_critic else {})}
 
     def save_checkpoint(self) -> Path:
         self.accelerator.wait_for_everyone()
@@ -362,14 +418,13 @@ class PPOTrainer:
             tmp = self.run_dir / f".tmp-{CHECKPOINT_PREFIX}{self.global_step}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            with models.quiet_progress():
-                self.actor.unwrapped_model.save_pretrained(tmp / "actor")
-                self.tokenizer.save_pretrained(tmp / "actor")
-                if self.use_critic:
-                    self.accelerator.unwrap_model(self.critic.model).save_pretrained(tmp / "critic")
-            torch.save(self.actor.optimizer.state_dict(), tmp / "actor_optimizer.pt")
-            if self.use_critic:
-                torch.save(self.critic.optimizer.state_dict(), tmp / "critic_optimizer.pt")
+            for name, trained in self._trained().items():
+                with models.quiet_progress():
+                    trained.unwrapped_model.save_pretrained(tmp / name)
+                    if name == "actor":
+                        self.tokenizer.save_pretrained(tmp / name)
+                torch.save({"optimizer": trained.optimizer.state_dict(),
+                            "lr_scheduler": trained.lr_scheduler.state_dict()}, tmp / f"{name}_optimizer.pt")
             state = {"global_step": self.global_step, "data_position": self.data_position,
                      "kl_coef": self.kl_ctrl.value}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
@@ -390,25 +445,22 @@ class PPOTrainer:
         path = self.run_dir / f"{CHECKPOINT_PREFIX}{step}"
         try:
             state = json.loads((path / "trainer_state.json").read_text())
-            with models.quiet_progress():
-                actor_state = type(self.actor.unwrapped_model).from_pretrained(path / "actor").state_dict()
-            actor_optimizer = torch.load(path / "actor_optimizer.pt", weights_only=True)
-            if self.use_critic:
+            loaded = {}
+            for name, trained in self._trained().items():
                 with models.quiet_progress():
-                    critic_state = type(self.accelerator.unwrap_model(self.critic.model)).from_pretrained(
-                        path / "critic").state_dict()
-                critic_optimizer = torch.load(path / "critic_optimizer.pt", weights_only=True)
+                    weights = type(trained.unwrapped_model).from_pretrained(path / name).state_dict()
+                loaded[name] = (weights, torch.load(path / f"{name}_optimizer.pt", weights_only=True))
         except Exception as error:
             earlier = sorted(p.name for p in self.run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p != path)
             raise RuntimeError(
                 f"the latest checkpoint {path} cannot be loaded ({type(error).__name__}: {error}). Nothing was "
                 f"deleted; earlier checkpoints: {earlier or 'none'}. Point {latest} at an earlier step, remove "
                 f"the broken directory, or set trainer.resume_mode=disable to start over.") from error
-        self.actor.unwrapped_model.load_state_dict(actor_state)
-        self.actor.optimizer.load_state_dict(actor_optimizer)
-        if self.use_critic:
-            self.accelerator.unwrap_model(self.critic.model).load_state_dict(critic_state)
-            self.critic.optimizer.load_state_dict(critic_optimizer)
+        for name, trained in self._trained().items():
+            weights, optimizer = loaded[name]
+            trained.unwrapped_model.load_state_dict(weights)
+            trained.optimizer.load_state_dict(optimizer["optimizer"])
+            trained.lr_scheduler.load_state_dict(optimizer["lr_scheduler"])
         self.global_step, self.data_position = state["global_step"], state["data_position"]
         self.kl_ctrl.value = state["kl_coef"]
         return True
@@ -418,35 +470,48 @@ class PPOTrainer:
     # ------------------------------------------------------------------------------------------
 
     def fit(self) -> list[dict[str, float]]:
-        """Train for trainer.total_training_steps; returns the per-step metrics (also in metrics.jsonl)."""
+        """Train for total_training_steps; returns the per-step metrics (also in metrics.jsonl)."""
         cfg = self.config.trainer
         if self.accelerator.is_main_process:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
         self.accelerator.wait_for_everyone()
         resumed = self.load_checkpoint()
+        if resumed and self.accelerator.is_main_process:
+            print(f"minirl: resumed from {self.run_dir / (CHECKPOINT_PREFIX + str(self.global_step))} "
+                  f"(step {self.global_step} of {self.total_training_steps})", file=sys.stderr)
         tracking = Tracking(self.run_dir, cfg.logger, self.accelerator, asdict(self.config), cfg.project_name,
                             start_step=self.global_step)
         history = []
-        if cfg.val_before_train and not resumed and cfg.test_freq > 0:
+        if cfg.val_before_train and not resumed:  # a resumed run already logged its step-0 validation
             val = self.validate()
             tracking.log(val, step=0)
             history.append({"step": 0, **val})
-        progress = tqdm(total=cfg.total_training_steps, initial=self.global_step, desc="train",
+            if cfg.val_only:
+                tracking.finish()
+                return history
+        progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="Training Progress",
                         disable=not (self.show_progress and self.accelerator.is_main_process))
-        while self.global_step < cfg.total_training_steps:
+        while self.global_step < self.total_training_steps:
             self.global_step += 1
-            metrics = self.train_step()
+            last = self.global_step == self.total_training_steps
+            timing = {}
+            with timer("step", timing):
+                metrics = self.train_step(timing)
+                actor_updated = cfg.critic_warmup <= self.global_step
+                if cfg.save_freq > 0 and actor_updated and (last or self.global_step % cfg.save_freq == 0):
+                    with timer("save_checkpoint", timing):
+                        self.save_checkpoint()
+            if cfg.test_freq > 0 and (last or self.global_step % cfg.test_freq == 0):
+                with timer("testing", timing):
+                    metrics.update(self.validate())
             metrics["training/global_step"] = self.global_step
-            last = self.global_step == cfg.total_training_steps
-            if cfg.test_freq > 0 and (self.global_step % cfg.test_freq == 0 or last):
-                metrics.update(self.validate())
-            if cfg.save_freq > 0 and (self.global_step % cfg.save_freq == 0 or last):
-                self.save_checkpoint()
+            metrics.update(compute_timing_metrics(self._last_batch, timing))
+            metrics.update(compute_throughput_metrics(self._last_batch, timing, self.world))
             tracking.log(metrics, step=self.global_step)
             history.append({"step": self.global_step, **metrics})
             progress.update(1)
-            progress.set_postfix(score=f"{metrics['critic/score/mean']:.3f}", acc=f"{metrics['critic/acc/mean']:.3f}")
+            progress.set_postfix(score=f"{metrics['critic/score/mean']:.3f}")
         progress.close()
         tracking.finish()
         return history

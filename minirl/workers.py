@@ -1,9 +1,9 @@
 """The workers: the models and what each one computes, driven by the trainer (single controller).
 
-In verl these are Ray worker groups spread over GPUs (`verl/workers/fsdp_workers.py`,
-`verl/workers/actor/dp_actor.py`, `verl/workers/critic/dp_critic.py`, a vLLM/SGLang rollout). Here
-each is a plain object in the current process, with verl's method names, so the HybridFlow chapter
-can point at them:
+In verl these are Ray worker groups spread over GPUs (`verl/workers/engine_workers.py`:
+`ActorRolloutRefWorker`, and `TrainingWorker` for both the actor's and the critic's updates, with the
+losses in `verl/workers/utils/losses.py`; a vLLM/SGLang rollout). Here each is a plain object in
+the current process, with verl's method names, so the HybridFlow chapter can point at them:
 
     Rollout.generate_sequences      sample responses with the actor's current weights
     Actor.compute_log_prob          the "old" log-probs, recomputed before the update
@@ -12,40 +12,123 @@ can point at them:
     Critic.compute_values           V(s_t) per response token
     Critic.update_critic            the clipped value regression
 
-Several processes (`accelerate launch`) each hold a copy of every model and a share of the
-batch; gradients are averaged by accelerate, and the loss normalisers are global (see
-`_global_batch_info`) so that N processes compute exactly the update of one.
+Every method takes and returns the *global* batch. With several processes (`minirl/parallel.py`)
+each computes its chunk and the results are gathered; an update takes each mini-batch of the
+global batch, gives every process its chunk of it, and normalises the loss by the counts of the
+whole mini-batch, so N processes make exactly the update of one. Inside a process a chunk is cut
+into micro-batches (`ppo_micro_batch_size_per_gpu`, or a token budget with `use_dynamic_bsz`)
+whose gradients are accumulated before the one optimizer step of the mini-batch.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from minirl import models
-from minirl.config import ActorConfig, CriticConfig
-from minirl.core import agg_loss, masked_mean
+from minirl.config import ActorConfig, CriticConfig, RefConfig, RolloutConfig
+from minirl.core import agg_loss
 from minirl.kl import kl_penalty
 from minirl.metrics import mean_of
+from minirl.optim import build_lr_scheduler, build_optimizer
+from minirl.parallel import all_reduce_max, all_reduce_sum, dp_chunk, dp_compute
 from minirl.ppo import compute_policy_loss, compute_value_loss
 from minirl.protocol import DataProto
 from minirl.rollout import generate_sequences
+from minirl.seqlen_balancing import row_micro_batches, token_budget_micro_batches
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
 
 
-def _global_batch_info(accelerator, response_mask: torch.Tensor) -> dict:
-    """Token and sequence counts of the whole mini-batch across processes (verl 0.9.1's global_batch_info)."""
-    counts = torch.tensor([response_mask.sum().item(), (response_mask.sum(-1) > 0).sum().item()],
-                          dtype=torch.float64, device=accelerator.device)
-    counts = accelerator.reduce(counts, reduction="sum") if accelerator.num_processes > 1 else counts
-    return {"dp_size": accelerator.num_processes, "batch_num_tokens": counts[0].item(),
-            "global_batch_size": counts[1].item()}
+def make_micro_batches(data: DataProto, micro_batch_size: int | None, use_dynamic_bsz: bool,
+                       max_token_len: int, accelerator=None) -> list[torch.Tensor]:
+    """Row indices of each micro-batch of `data`: by a token budget or by a row count.
+
+    Pass the accelerator when the micro-batches feed a training step: then every process cuts the
+    same number of them (a process's chunks of a mini-batch have the same number of rows, so row
+    counts agree by themselves; token budgets agree through an all-reduce).
+    """
+    if use_dynamic_bsz:
+        agree = None
+        if accelerator is not None and accelerator.num_processes > 1:
+            agree = lambda value: int(all_reduce_max(value, accelerator))  # noqa: E731
+        groups = token_budget_micro_batches(data["attention_mask"].sum(-1), max_token_len, agree)
+    else:
+        groups = row_micro_batches(len(data), micro_batch_size)
+    return [torch.tensor(group, dtype=torch.long) for group in groups]
 
 
-def _mini_batches(data: DataProto, rows_per_mini_batch: int, shuffle: bool, generator: torch.Generator | None):
+def forward_in_micro_batches(fn, data: DataProto, micro_batches: list[torch.Tensor]) -> DataProto:
+    """Run `fn` (a DataProto -> DataProto forward pass) per micro-batch and put the rows back in order."""
+    if len(micro_batches) == 1:
+        return fn(data)
+    order = torch.cat(micro_batches)
+    outputs = DataProto.concat([fn(data.select_idxs(rows)) for rows in micro_batches])
+    return outputs.select_idxs(torch.argsort(order))
+
+
+def global_mini_batches(data: DataProto, rows_per_mini_batch: int, shuffle: bool, seed: int) -> list[DataProto]:
+    """The mini-batches of the global batch: consecutive rows, or a seeded permutation when shuffle is on.
+
+    verl re-seeds its mini-batch sampler with the same seed every step, so shuffle=True gives the
+    same permutation each step; so does this.
+    """
     if shuffle:
-        data = data.select_idxs(torch.randperm(len(data), generator=generator))
+        data = data.select_idxs(torch.randperm(len(data), generator=torch.Generator().manual_seed(seed)))
     return data.split(rows_per_mini_batch)
+
+
+def mini_batch_counts(mini_batch: DataProto) -> dict:
+    """verl's global_batch_info of a whole mini-batch: its valid tokens and its sequences with a valid token."""
+    mask = mini_batch["response_mask"]
+    return {"batch_num_tokens": mask.sum().item(), "global_batch_size": (mask.sum(-1) > 0).sum().item()}
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Recompute activations in the backward pass (verl: `gradient_checkpointing_enable(use_reentrant=False)`).
+
+    transformers 5 renamed the method `activation_checkpointing_enable`; older versions only have the old name.
+    """
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+class _TrainedModel:
+    """A model with its optimizer, lr schedule and accelerate wrapping (actor and critic alike)."""
+
+    def __init__(self, model, optim_config, accelerator, total_training_steps: int, gradient_checkpointing: bool):
+        if gradient_checkpointing:  # verl's way: Hugging Face's checkpointing without re-entrant autograd
+            enable_gradient_checkpointing(model)
+        self.accelerator = accelerator
+        self.optim_config = optim_config
+        self.model, self.optimizer = accelerator.prepare(model, build_optimizer(model, optim_config))
+        self.lr_scheduler = build_lr_scheduler(self.optimizer, optim_config, total_training_steps)
+
+    @property
+    def unwrapped_model(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    def _optimizer_step(self) -> float:
+        """Clip the (already all-reduced) gradient, step unless it is not finite (verl skips), zero it."""
+        grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.optim_config.clip_grad)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        self.optimizer.zero_grad()
+        return grad_norm.item()
+
+    def _backward(self, loss: torch.Tensor, last: bool) -> None:
+        """Accumulate gradients; only the last micro-batch of a mini-batch all-reduces them (DDP no_sync)."""
+        sync = last or self.accelerator.num_processes == 1
+        with contextlib.nullcontext() if sync else self.accelerator.no_sync(self.model):
+            self.accelerator.backward(loss)
+
+    def _end_of_step(self) -> float:
+        """Advance the lr schedule (once per training step) and return the lr of the next step, as verl logs it."""
+        self.lr_scheduler.step()
+        return self.lr_scheduler.get_last_lr()[0]
 
 
 class Rollout:
@@ -59,140 +142,202 @@ class Rollout:
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Prompts (input_ids, attention_mask) -> one response per row (repeat rows first for n > 1).
 
-        meta_info: response_length, do_sample, temperature, top_p, top_k, seed.
+        meta_info: response_length, do_sample, temperature, top_p, top_k, and `row_seeds` (one per
+        row of the global batch; each process samples its chunk with its rows' seeds).
         """
-        info = prompts.meta_info
-        generator = torch.Generator().manual_seed(info["seed"]) if "seed" in info else None
-        out = generate_sequences(
-            self.actor.unwrapped_model, prompts["input_ids"], prompts["attention_mask"], self.tokenizer.eos_token_id,
-            self.tokenizer.pad_token_id, info["response_length"], n=1, do_sample=info.get("do_sample", True),
-            temperature=info.get("temperature", 1.0), top_p=info.get("top_p", 1.0), top_k=info.get("top_k", -1),
-            generator=generator)
-        out.pop("response_length")
-        return DataProto(batch={k: v.cpu() for k, v in out.items()})
+        def generate(chunk: DataProto) -> DataProto:
+            info = chunk.meta_info
+            out = generate_sequences(
+                self.actor.unwrapped_model, chunk["input_ids"], chunk["attention_mask"], self.tokenizer.eos_token_id,
+                self.tokenizer.pad_token_id, info["response_length"], n=1, do_sample=info["do_sample"],
+                temperature=info["temperature"], top_p=info["top_p"], top_k=info["top_k"],
+                seeds=chunk["row_seed"].tolist() if info["do_sample"] else None)
+            out.pop("response_length")
+            return DataProto(batch={k: v.cpu() for k, v in out.items()})
+
+        return dp_compute(generate, prompts, self.actor.accelerator)
 
 
-class Actor:
-    """The policy being trained (verl's DataParallelPPOActor)."""
+class Actor(_TrainedModel):
+    """The policy being trained (verl's actor: `engine_workers.py::ActorRolloutRefWorker` + `TrainingWorker`)."""
 
-    def __init__(self, model, config: ActorConfig, temperature: float, accelerator, rows_per_mini_batch: int):
+    def __init__(self, model, config: ActorConfig, rollout_config: RolloutConfig, gradient_checkpointing: bool,
+                 accelerator, total_training_steps: int):
+        super().__init__(model, config.optim, accelerator, total_training_steps, gradient_checkpointing)
         self.config = config
-        self.temperature = temperature
-        self.accelerator = accelerator
-        self.rows_per_mini_batch = rows_per_mini_batch
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
-        self.model, self.optimizer = accelerator.prepare(model, optimizer)
+        self.rollout_config = rollout_config
+        self.temperature = rollout_config.temperature
 
-    @property
-    def unwrapped_model(self):
-        return self.accelerator.unwrap_model(self.model)
-
-    def _log_probs(self, data: DataProto, calculate_entropy: bool):
+    def _log_probs(self, data: DataProto, calculate_entropy: bool, model=None):
         inputs = {k: data[k].to(self.accelerator.device) for k in MODEL_INPUTS}
-        return models.compute_log_probs(self.model, **inputs, response_length=data["responses"].shape[1],
+        return models.compute_log_probs(model or self.model, **inputs, response_length=data["responses"].shape[1],
                                         temperature=self.temperature, calculate_entropy=calculate_entropy)
 
     @torch.no_grad()
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """old_log_probs (and entropys) of the sampled responses under the current weights."""
+        """old_log_probs and entropys (B, R) of the sampled responses under the current weights."""
         self.model.eval()
-        log_probs, entropy = self._log_probs(data, calculate_entropy=True)
-        return DataProto(batch={"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
+        rollout = self.rollout_config
 
-    def update_actor(self, data: DataProto, generator: torch.Generator | None = None) -> dict[str, float]:
-        """ppo_epochs passes of mini-batch updates; returns the mean metrics (actor/*)."""
-        cfg = self.config
+        def forward(chunk: DataProto) -> DataProto:  # forward-only: the bare model, no DDP communication
+            log_probs, entropy = self._log_probs(chunk, calculate_entropy=True, model=self.unwrapped_model)
+            return DataProto(batch={"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
+
+        def shard(chunk: DataProto) -> DataProto:
+            micro = make_micro_batches(chunk, rollout.log_prob_micro_batch_size_per_gpu,
+                                       rollout.log_prob_use_dynamic_bsz, rollout.log_prob_max_token_len_per_gpu)
+            return forward_in_micro_batches(forward, chunk, micro)
+
+        return dp_compute(shard, data, self.accelerator)
+
+    def update_actor(self, data: DataProto, rows_per_mini_batch: int) -> dict[str, float]:
+        """ppo_epochs passes of mini-batch updates over the global batch; returns actor/* metrics.
+
+        Metrics are those of the whole mini-batch, averaged over mini-batches: losses as verl sums
+        them over micro-batches, fractions (pg_clipfrac, ppo_kl, ...) weighted by tokens.
+        """
+        cfg, accelerator = self.config, self.accelerator
         self.model.train()
         metrics = []
         for _ in range(cfg.ppo_epochs):
-            for mini_batch in _mini_batches(data, self.rows_per_mini_batch, cfg.shuffle, generator):
-                mask = mini_batch["response_mask"].to(self.accelerator.device)
-                info = _global_batch_info(self.accelerator, mask)
-                log_prob, entropy = self._log_probs(mini_batch, calculate_entropy=cfg.entropy_coeff != 0)
-                device = log_prob.device
-                pg_loss, step_metrics = compute_policy_loss(
-                    mini_batch["old_log_probs"].to(device), log_prob, mini_batch["advantages"].to(device), mask,
-                    cfg.loss_agg_mode, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c,
-                    rollout_is_weights=(mini_batch["rollout_is_weights"].to(device)
-                                        if "rollout_is_weights" in mini_batch else None),
-                    global_batch_info={**info, "loss_scale_factor": cfg.loss_scale_factor})
-                loss = pg_loss
-                if cfg.entropy_coeff != 0:
-                    entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)
-                    loss = loss - cfg.entropy_coeff * entropy_loss
-                    step_metrics["actor/entropy_loss"] = entropy_loss.item()
+            for mini_batch in global_mini_batches(data, rows_per_mini_batch, cfg.shuffle, cfg.data_loader_seed):
+                counts = mini_batch_counts(mini_batch)
+                info = {"dp_size": accelerator.num_processes, **counts, "loss_scale_factor": cfg.loss_scale_factor}
+                mine = dp_chunk(mini_batch, accelerator)
+                micro_batches = make_micro_batches(mine, cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz,
+                                                   cfg.ppo_max_token_len_per_gpu, accelerator)
+                sums = {"actor/pg_loss": 0.0, "actor/entropy_loss": 0.0, "actor/kl_loss": 0.0,
+                        "actor/pg_clipfrac": 0.0, "actor/ppo_kl": 0.0, "actor/pg_clipfrac_lower": 0.0}
+                for i, rows in enumerate(micro_batches):
+                    micro = mine.select_idxs(rows)
+                    mask = micro["response_mask"].to(accelerator.device)
+                    log_prob, entropy = self._log_probs(micro, calculate_entropy=cfg.entropy_coeff != 0)
+                    device = log_prob.device
+                    pg_loss, loss_metrics = compute_policy_loss(
+                        micro["old_log_probs"].to(device), log_prob, micro["advantages"].to(device), mask,
+                        cfg.loss_agg_mode, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c,
+                        rollout_is_weights=(micro["rollout_is_weights"].to(device)
+                                            if "rollout_is_weights" in micro else None),
+                        global_batch_info=info)
+                    loss = pg_loss
+                    sums["actor/pg_loss"] += pg_loss.item()
+                    if cfg.entropy_coeff != 0:
+                        entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)
+                        loss = loss - cfg.entropy_coeff * entropy_loss
+                        sums["actor/entropy_loss"] += entropy_loss.item()
+                    if cfg.use_kl_loss:
+                        kld = kl_penalty(log_prob, micro["ref_log_prob"].to(device), cfg.kl_loss_type)
+                        kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, **info)
+                        loss = loss + cfg.kl_loss_coef * kl_loss
+                        sums["actor/kl_loss"] += kl_loss.item()
+                    tokens = mask.sum().item()  # token-weighted sums of the fractions
+                    for key in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):
+                        sums[key] += loss_metrics[key] * tokens
+                    self._backward(loss, last=i == len(micro_batches) - 1)
+                step_metrics = _reduce_sums(sums, counts["batch_num_tokens"], accelerator)
+                step_metrics["actor/grad_norm"] = self._optimizer_step()
+                if not cfg.entropy_coeff:
+                    step_metrics.pop("actor/entropy_loss")
                 if cfg.use_kl_loss:
-                    kld = kl_penalty(log_prob, mini_batch["ref_log_prob"].to(device), cfg.kl_loss_type)
-                    kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, **info)
-                    loss = loss + cfg.kl_loss_coef * kl_loss
-                    step_metrics.update({"actor/kl_loss": kl_loss.item(), "actor/kl_coef": cfg.kl_loss_coef})
-                self.accelerator.backward(loss)
-                grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                if torch.isfinite(grad_norm):
-                    self.optimizer.step()
-                else:  # verl skips the step rather than writing NaN into the weights
-                    step_metrics["actor/grad_norm_nonfinite"] = 1.0
-                self.optimizer.zero_grad()
-                step_metrics.update({"actor/pg_loss": pg_loss.item(), "actor/grad_norm": grad_norm.item(),
-                                     "actor/lr": cfg.optim.lr})
+                    step_metrics["actor/kl_coef"] = cfg.kl_loss_coef
+                else:
+                    step_metrics.pop("actor/kl_loss")
                 metrics.append(step_metrics)
-        return mean_of(metrics)
+        result = mean_of(metrics)
+        result["actor/lr"] = self._end_of_step()
+        return result
+
+
+def _reduce_sums(sums: dict[str, float], mini_batch_tokens: float, accelerator) -> dict[str, float]:
+    """Mini-batch metrics from per-process sums: losses (each already scaled by dp_size) summed over processes
+    and divided by dp_size (verl: summed over micro-batches, averaged over ranks); the other entries are
+    token-weighted sums, divided by the mini-batch's tokens."""
+    keys = sorted(sums)
+    totals = dict(zip(keys, all_reduce_sum([sums[k] for k in keys], accelerator)))
+    return {key: (value / accelerator.num_processes if key.endswith("loss") else value / max(mini_batch_tokens, 1))
+            for key, value in totals.items()}
 
 
 class Reference:
     """The frozen initial policy, for the KL penalty or KL loss."""
 
-    def __init__(self, model, temperature: float, accelerator):
+    def __init__(self, model, config: RefConfig, temperature: float, accelerator):
         self.model = model.to(accelerator.device).eval().requires_grad_(False)
+        self.config = config
         self.temperature = temperature
-        self.device = accelerator.device
+        self.accelerator = accelerator
 
     @torch.no_grad()
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        inputs = {k: data[k].to(self.device) for k in MODEL_INPUTS}
-        log_probs, _ = models.compute_log_probs(self.model, **inputs, response_length=data["responses"].shape[1],
-                                                temperature=self.temperature)
-        return DataProto(batch={"ref_log_prob": log_probs.cpu()})
+        """ref_log_prob (B, R): log-probs of the responses under the reference model."""
+        def forward(chunk: DataProto) -> DataProto:
+            inputs = {k: chunk[k].to(self.accelerator.device) for k in MODEL_INPUTS}
+            log_probs, _ = models.compute_log_probs(self.model, **inputs, response_length=chunk["responses"].shape[1],
+                                                    temperature=self.temperature)
+            return DataProto(batch={"ref_log_prob": log_probs.cpu()})
+
+        def shard(chunk: DataProto) -> DataProto:
+            micro = make_micro_batches(chunk, self.config.log_prob_micro_batch_size_per_gpu,
+                                       self.config.log_prob_use_dynamic_bsz, self.config.log_prob_max_token_len_per_gpu)
+            return forward_in_micro_batches(forward, chunk, micro)
+
+        return dp_compute(shard, data, self.accelerator)
 
 
-class Critic:
-    """The value model (verl's DataParallelPPOCritic)."""
+class Critic(_TrainedModel):
+    """The value model (verl's critic: a `TrainingWorker` over a token-classification model)."""
 
-    def __init__(self, model, config: CriticConfig, accelerator, rows_per_mini_batch: int, loss_agg_mode: str):
+    def __init__(self, model, config: CriticConfig, gradient_checkpointing: bool, accelerator,
+                 total_training_steps: int):
+        super().__init__(model, config.optim, accelerator, total_training_steps, gradient_checkpointing)
         self.config = config
-        self.accelerator = accelerator
-        self.rows_per_mini_batch = rows_per_mini_batch
-        self.loss_agg_mode = loss_agg_mode
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay)
-        self.model, self.optimizer = accelerator.prepare(model, optimizer)
 
-    def _values(self, data: DataProto):
+    def _values(self, data: DataProto, model=None):
         inputs = {k: data[k].to(self.accelerator.device) for k in MODEL_INPUTS}
-        return models.compute_values(self.model, **inputs, response_length=data["responses"].shape[1],
+        return models.compute_values(model or self.model, **inputs, response_length=data["responses"].shape[1],
                                      response_mask=data["response_mask"].to(self.accelerator.device))
 
     @torch.no_grad()
     def compute_values(self, data: DataProto) -> DataProto:
+        """values (B, R): V(s_t) before each response token."""
         self.model.eval()
-        return DataProto(batch={"values": self._values(data).cpu()})
+        cfg = self.config
 
-    def update_critic(self, data: DataProto) -> dict[str, float]:
+        def shard(chunk: DataProto) -> DataProto:
+            micro = make_micro_batches(chunk, cfg.forward_micro_batch_size_per_gpu, cfg.use_dynamic_bsz,
+                                       cfg.forward_max_token_len_per_gpu)
+            return forward_in_micro_batches(
+                lambda m: DataProto(batch={"values": self._values(m, self.unwrapped_model).cpu()}), chunk, micro)
+
+        return dp_compute(shard, data, self.accelerator)
+
+    def update_critic(self, data: DataProto, rows_per_mini_batch: int) -> dict[str, float]:
+        """ppo_epochs passes of value regression over mini-batches; returns critic/* metrics."""
+        cfg, accelerator = self.config, self.accelerator
         self.model.train()
         metrics = []
-        for _ in range(self.config.ppo_epochs):
-            for mini_batch in data.split(self.rows_per_mini_batch):
-                mask = mini_batch["response_mask"].to(self.accelerator.device)
-                info = _global_batch_info(self.accelerator, mask)
-                vpreds = self._values(mini_batch)
-                vf_loss, vf_clipfrac = compute_value_loss(
-                    vpreds, mini_batch["returns"].to(vpreds.device), mini_batch["values"].to(vpreds.device), mask,
-                    self.config.cliprange_value, self.loss_agg_mode, **info)
-                self.accelerator.backward(vf_loss)
-                grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), 1.0)
-                if torch.isfinite(grad_norm):
-                    self.optimizer.step()
-                self.optimizer.zero_grad()
-                metrics.append({"critic/vf_loss": vf_loss.item(), "critic/vf_clipfrac": vf_clipfrac.item(),
-                                "critic/vpred_mean": masked_mean(vpreds.detach(), mask).item(),
-                                "critic/grad_norm": grad_norm.item()})
-        return mean_of(metrics)
+        for _ in range(cfg.ppo_epochs):
+            for mini_batch in global_mini_batches(data, rows_per_mini_batch, cfg.shuffle, cfg.data_loader_seed):
+                counts = mini_batch_counts(mini_batch)
+                mine = dp_chunk(mini_batch, accelerator)
+                micro_batches = make_micro_batches(mine, cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz,
+                                                   cfg.ppo_max_token_len_per_gpu, accelerator)
+                sums = {"critic/vf_loss": 0.0, "critic/vf_clipfrac": 0.0, "critic/vpred_mean": 0.0}
+                for i, rows in enumerate(micro_batches):
+                    micro = mine.select_idxs(rows)
+                    mask = micro["response_mask"].to(accelerator.device)
+                    vpreds = self._values(micro)
+                    vf_loss, vf_clipfrac = compute_value_loss(
+                        vpreds, micro["returns"].to(vpreds.device), micro["values"].to(vpreds.device), mask,
+                        cfg.cliprange_value, cfg.loss_agg_mode, dp_size=accelerator.num_processes, **counts)
+                    tokens = mask.sum().item()
+                    sums["critic/vf_loss"] += vf_loss.item()
+                    sums["critic/vf_clipfrac"] += vf_clipfrac.item() * tokens
+                    sums["critic/vpred_mean"] += (vpreds.detach() * mask).sum().item()
+                    self._backward(vf_loss, last=i == len(micro_batches) - 1)
+                step_metrics = _reduce_sums(sums, counts["batch_num_tokens"], accelerator)
+                step_metrics["critic/grad_norm"] = self._optimizer_step()
+                metrics.append(step_metrics)
+        result = mean_of(metrics)
+        result["critic/lr"] = self._end_of_step()
+        return result

@@ -1,10 +1,11 @@
 """Helper for tests/test_trainer.py (not a test): one actor update on a fixed batch, in 1 or N processes.
 
-    python tests/dp_update.py MODEL_DIR OUT_FILE                        # one process
-    accelerate launch --cpu --num_processes 2 tests/dp_update.py ...    # two processes
+    python tests/dp_update.py MODEL_DIR OUT_FILE [key=value ...]                              # one process
+    ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 tests/dp_update.py ...  # two
 
-Every process builds the same fixed batch, takes its contiguous share of the prompts (as the
-trainer does), runs `Actor.update_actor`, and the main process saves the updated weights.
+Every process builds the same fixed (global) batch and runs `Actor.update_actor` on it, which
+gives each process its chunk of every mini-batch; the main process saves the updated weights.
+Overrides of actor_rollout_ref.actor.* (micro-batches, dynamic batch size, loss_agg_mode) are applied.
 """
 
 import sys
@@ -13,7 +14,7 @@ import torch
 from accelerate import Accelerator
 
 from minirl import models
-from minirl.config import ActorConfig
+from minirl.config import load_config
 from minirl.core import get_response_mask
 from minirl.protocol import DataProto
 from minirl.workers import Actor
@@ -35,20 +36,23 @@ def fixed_batch(tokenizer, prompts: int = 4, n: int = 4, prompt_len: int = 6, re
         "advantages": torch.randn(rows, response_len, generator=g) * response_mask})
 
 
-def main(model_dir: str, out_file: str) -> None:
+def update(model_dir: str, overrides: list[str], accelerator) -> tuple[Actor, dict]:
+    """One update_actor call on the fixed batch: 16 rows in 2 mini-batches of 8, lr large enough to show any error."""
+    config = load_config(["actor_rollout_ref.actor.optim.lr=1e-2", *overrides], announce=False)
+    actor = Actor(models.load_policy(model_dir), config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout,
+                  config.actor_rollout_ref.model.enable_gradient_checkpointing, accelerator, total_training_steps=1)
+    metrics = actor.update_actor(fixed_batch(models.load_tokenizer(model_dir)), rows_per_mini_batch=8)
+    return actor, metrics
+
+
+def main(model_dir: str, out_file: str, *overrides: str) -> None:
     accelerator = Accelerator()
-    torch.manual_seed(0)
-    config = ActorConfig(ppo_mini_batch_size=4)
-    config.optim.lr = 1e-2  # large, so a wrong normalisation would show clearly
-    data = fixed_batch(models.load_tokenizer(model_dir))
-    share = len(data) // accelerator.num_processes
-    mine = data.slice(accelerator.process_index * share, (accelerator.process_index + 1) * share)
-    actor = Actor(models.load_policy(model_dir), config, 1.0, accelerator, rows_per_mini_batch=share)
-    actor.update_actor(mine)
+    actor, metrics = update(model_dir, list(overrides), accelerator)
     if accelerator.is_main_process:
-        torch.save(actor.unwrapped_model.state_dict(), out_file)
+        torch.save({"weights": actor.unwrapped_model.state_dict(), "metrics": metrics,
+                    "world_size": accelerator.num_processes}, out_file)
     accelerator.wait_for_everyone()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])

@@ -1,7 +1,6 @@
-"""The trainer: config and overrides, learning (seeded), resume, corrupt checkpoints, two processes."""
+"""The trainer: config and overrides, learning (seeded), resume, corrupt checkpoints (processes: test_distributed)."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -9,10 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from minirl import config as config_lib
-from minirl import models
 from minirl.plot import load_metrics, plot_runs
 from minirl.trainer import LATEST_FILE, PPOTrainer, train
 
@@ -49,7 +46,7 @@ def test_defaults_and_overrides_change_only_what_they_name():
     (["algorithm.adv_estimator=ppo"], "gae, grpo, rloo"),
     (["actor_rollout_ref.actor.loss_agg_mode=mean"], "token-mean"),
     (["data.train_batch_size=many"], "could not be converted"),
-    (["trainer.logger=[console,mlflow]"], "console, tensorboard, wandb"),
+    (["trainer.logger=[console,mlfow]"], "not a logger verl knows"),
     (["no_equals_sign"], "key=value"),
 ])
 def test_bad_config_says_what_to_change(overrides, message):
@@ -80,8 +77,8 @@ def test_estimator_raises_validation_accuracy(tmp_path, estimator):
     assert after - before >= MARGIN, f"{estimator}: validation accuracy {before:.3f} -> {after:.3f}"
     records = load_metrics(tmp_path / "run")
     assert [r["step"] for r in records] == list(range(STEPS + 1))
-    run(tmp_path, "trainer.total_training_steps=1", "trainer.test_freq=-1")  # a fresh run starts a fresh log
-    assert [r["step"] for r in load_metrics(tmp_path / "run")] == [1]
+    run(tmp_path, "trainer.total_training_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=false")
+    assert [r["step"] for r in load_metrics(tmp_path / "run")] == [1]  # a fresh run starts a fresh log
     for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
                 "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "response_length/mean",
                 "response_length/clip_ratio", "timing_s/gen", "timing_s/update_actor", "rollout_corr/kl"):
@@ -101,7 +98,7 @@ def test_every_optional_stage_runs(tmp_path):
                   "data.gen_batch_size=16")
     last = history[-1]
     for key in ("actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff", "actor/kl_loss", "actor/entropy_loss",
-                "rollout_corr/rollout_is_mean", "rollout_corr/rollout_rs_masked_fraction", "train/num_gen_batches"):
+                "rollout_corr/rollout_is_mean", "rollout_corr/rollout_rs_masked_fraction", "minirl/num_gen_batches"):
         assert key in last, key
     assert last["actor/reward_kl_penalty_coeff"] != 0.001  # the adaptive coefficient moved
 
@@ -138,7 +135,7 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path):
 
     resumed = train([f"trainer.default_local_dir={run_dir}", *RESUME_ARGS], show_progress=False)
     assert [r["step"] for r in resumed] == [3, 4]
-    assert [r["step"] for r in load_metrics(run_dir)] == [1, 2, 3, 4]  # no step logged twice
+    assert [r["step"] for r in load_metrics(run_dir)] == [0, 1, 2, 3, 4]  # no step logged twice
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
         assert resumed[-1][key] == pytest.approx(uninterrupted[-1][key], rel=1e-5, abs=1e-7), key
 
@@ -156,40 +153,3 @@ def test_corrupt_latest_checkpoint_is_a_clear_error_and_keeps_the_earlier_one(tm
     assert (run_dir / "global_step_1" / "actor" / "config.json").exists()
     assert not list(run_dir.glob(".tmp-*"))
     assert json.loads((run_dir / "global_step_1" / "trainer_state.json").read_text())["global_step"] == 1
-
-
-# ----------------------------------------------------------------------------------------------
-# Several processes
-# ----------------------------------------------------------------------------------------------
-
-
-def accelerate_launch(*args, timeout=600):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
-                           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def test_two_process_update_equals_one_process_update(tmp_path):
-    model_dir = models.save_tiny_model(tmp_path / "model")
-    one = subprocess.run([sys.executable, "tests/dp_update.py", str(model_dir), str(tmp_path / "one.pt")], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
-    assert one.returncode == 0, one.stderr[-2000:]
-    two = accelerate_launch("tests/dp_update.py", str(model_dir), str(tmp_path / "two.pt"))
-    assert two.returncode == 0, two.stderr[-3000:]
-    before = models.load_policy(model_dir).state_dict()
-    w1, w2 = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
-    moved = max((w1[k] - before[k]).abs().max().item() for k in w1)
-    assert moved > 1e-3, "the update did not change the weights"
-    for key in w1:
-        assert torch.allclose(w1[key], w2[key], atol=1e-5, rtol=1e-4), key
-
-
-def test_two_process_training_run_completes(tmp_path):
-    proc = accelerate_launch("-m", "minirl", "train", f"trainer.default_local_dir={tmp_path / 'ddp'}",
-                             "trainer.total_training_steps=2", "trainer.test_freq=2", "trainer.save_freq=2",
-                             "trainer.logger=[]", "trainer.progress_bar=false", "trainer.resume_mode=disable")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = load_metrics(tmp_path / "ddp")
-    assert [r["step"] for r in records] == [0, 1, 2]  # logged once, by rank 0
-    assert (tmp_path / "ddp" / "global_step_2" / "actor" / "config.json").exists()

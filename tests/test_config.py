@@ -1,0 +1,166 @@
+"""The config speaks verl 0.9.1: its launch scripts pass unchanged, its keys and defaults, its schedules."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from minirl import config as config_lib
+from minirl.optim import lr_factor
+from minirl.trainer import train
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "tests" / "data" / "verl_scripts"
+SCRIPT_NAMES = ["grpo_trainer", "ppo_trainer", "rloo_trainer", "remax_trainer", "reinforce_plus_plus_trainer"]
+MINIRL_ONLY = {"trainer.progress_bar"}  # keys with no verl 0.9.1 equivalent
+
+
+def script_overrides(name: str) -> list[str]:
+    return (SCRIPTS / f"{name}.txt").read_text().splitlines()
+
+
+@pytest.mark.parametrize("name", SCRIPT_NAMES)
+def test_verl_launch_script_passes_config_unchanged(name):
+    lines = script_overrides(name)
+    proc = subprocess.run([sys.executable, "-m", "minirl", "config", *lines], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    resolved = yaml.safe_load(proc.stdout)
+    for line in lines:  # every key minirl implements took the script's value
+        key, value = line.split("=", 1)
+        node = OmegaConf.select(OmegaConf.create(resolved), key, default="<absent>")
+        if node != "<absent>" and key != "trainer.logger":
+            given = OmegaConf.select(OmegaConf.from_dotlist([line]), key)
+            same = float(node) == float(given) if isinstance(node, int | float) else node == given
+            assert same, (key, node, value)
+    assert resolved["actor_rollout_ref"]["rollout"]["n"] == int(dict(line.split("=", 1) for line in lines)[
+        "actor_rollout_ref.rollout.n"])
+    # the keys of verl's distributed machinery are listed once, with why they have no effect
+    assert "accepted, no effect in minirl" in proc.stderr
+    assert "actor_rollout_ref.rollout.gpu_memory_utilization: inference-engine setting" in proc.stderr
+    assert "fsdp_config.param_offload: FSDP" in proc.stderr
+
+
+def test_config_command_loads_no_model_and_no_data(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "minirl", "config", "actor_rollout_ref.model.path=/does/not/exist",
+                           "data.train_files=/nor/this.parquet"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "path: /does/not/exist" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["grpo_trainer", "ppo_trainer"])
+def test_tiny_run_with_every_key_of_a_verl_script(tmp_path, name):
+    """Every override of the script, then the model, data, sizes and world size pointed at the tiny setting."""
+    tiny = ["actor_rollout_ref.model.path=tiny", "critic.model.path=tiny", "data.train_files=tiny",
+            "data.val_files=tiny",
+            "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "data.max_prompt_length=32",
+            "data.max_response_length=20", "data.val_max_samples=16", "actor_rollout_ref.actor.optim.lr=1e-4",
+            "trainer.n_gpus_per_node=1", "trainer.total_training_steps=2", "trainer.test_freq=2", "trainer.save_freq=2",
+            "trainer.logger=[console]", f"trainer.default_local_dir={tmp_path / 'run'}", "trainer.resume_mode=disable",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=120"]  # small enough to cut several micro-batches
+    if name == "grpo_trainer":
+        tiny.append("actor_rollout_ref.rollout.n=4")
+    history = train([*script_overrides(name), *tiny], show_progress=False)
+    assert [record["step"] for record in history] == [0, 1, 2]
+    assert (tmp_path / "run" / "global_step_2" / "actor" / "config.json").exists()
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config["actor_rollout_ref"]["actor"]["use_dynamic_bsz"] is True
+    assert config["actor_rollout_ref"]["model"]["enable_gradient_checkpointing"] is True
+    assert config["data"]["filter_overlong_prompts"] is True and config["trainer"]["total_epochs"] == 15
+    if name == "ppo_trainer":
+        assert "critic/vf_loss" in history[-1]
+
+
+def test_world_size_must_match_n_gpus_per_node(tmp_path):
+    with pytest.raises(ValueError, match=r"n_gpus_per_node \* trainer.nnodes = 8 \* 1"):
+        train(["trainer.n_gpus_per_node=8", f"trainer.default_local_dir={tmp_path}"], show_progress=False)
+
+
+def test_every_minirl_key_is_a_verl_key():
+    keys = [key for key in config_lib._all_keys(OmegaConf.structured(config_lib.Config))
+            if not OmegaConf.is_dict(OmegaConf.select(OmegaConf.structured(config_lib.Config), key))]
+    assert len(keys) > 80
+    assert sorted(set(keys) - config_lib.verl_keys()) == sorted(MINIRL_ONLY)
+
+
+def test_deprecated_spellings_move_to_verl_keys_with_a_notice(capsys):
+    config = config_lib.load_config(["trainer.seed=7", "actor_rollout_ref.actor.grad_clip=0.5",
+                                     "actor_rollout_ref.actor.optim.warmup_style=cosine"])
+    assert config.data.seed == 7 and config.actor_rollout_ref.actor.optim.clip_grad == 0.5
+    assert config.actor_rollout_ref.actor.optim.lr_scheduler_type == "cosine"
+    err = capsys.readouterr().err
+    assert "trainer.seed is deprecated" in err and "using data.seed" in err and "optim.clip_grad" in err
+
+
+def test_critic_follows_the_actor_unless_set():
+    config = config_lib.load_config(["actor_rollout_ref.actor.ppo_epochs=3", "actor_rollout_ref.actor.shuffle=true",
+                                     "actor_rollout_ref.actor.ppo_mini_batch_size=8"], announce=False)
+    assert (config.critic.ppo_epochs, config.critic.shuffle, config.critic.ppo_mini_batch_size) == (3, True, 8)
+    config = config_lib.load_config(["actor_rollout_ref.actor.ppo_epochs=3", "critic.ppo_epochs=2"], announce=False)
+    assert config.critic.ppo_epochs == 2
+    assert config.actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu == 16384
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["no.such.key=1"], "unknown config key"),
+    (["actor_rollout_ref.actor.optim.clip_grad=-1"], "clip_grad must be > 0"),
+    (["actor_rollout_ref.actor.kl_loss_coef=-0.1"], "KL coefficients must be >= 0"),
+    (["algorithm.lam=1.5"], "algorithm.lam must be in [0, 1]"),
+    (["algorithm.gamma=-0.1"], "algorithm.gamma must be in [0, 1]"),
+    (["data.val_max_samples=0"], "val_max_samples=0 leaves nothing to validate"),
+    (["data.truncation=cut"], "error, left, right, middle"),
+    (["actor_rollout_ref.actor.optim.lr_scheduler_type=linear"], "constant, cosine"),
+    (["critic.ppo_mini_batch_size=5"], "critic.ppo_mini_batch_size=5 must divide"),
+    (["data.train_files=[]"], "data.train_files must be a file path or a non-empty list"),
+    (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=0"], "ppo_micro_batch_size_per_gpu must be >= 1"),
+])
+def test_bad_values_say_what_to_change(overrides, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        config_lib.load_config(overrides, announce=False)
+
+
+def test_lr_schedules_follow_verls_formulas():
+    optim = config_lib.OptimConfig(lr_warmup_steps=4)
+    assert [lr_factor(s, optim, 10) for s in range(6)] == [0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    optim = config_lib.OptimConfig(lr_warmup_steps_ratio=0.2, lr_scheduler_type="cosine", min_lr_ratio=0.1)
+    assert lr_factor(0, optim, 10) == 0.0 and lr_factor(2, optim, 10) == pytest.approx(1.0)
+    assert lr_factor(10, optim, 10) == pytest.approx(0.1)  # decays to min_lr_ratio at the end
+    assert lr_factor(6, optim, 10) == pytest.approx(0.55)  # half-way: (1 + 0.1) / 2
+
+
+def test_total_epochs_critic_warmup_and_epochs_as_verl(tmp_path):
+    """64 prompts, batches of 32, 2 epochs -> 4 steps; critic_warmup=2 skips the actor at step 1 only."""
+    history = train([f"trainer.default_local_dir={tmp_path}", "trainer.logger=[]", "trainer.resume_mode=disable",
+                     "algorithm.adv_estimator=gae", "data.train_max_samples=64", "data.train_batch_size=32",
+                     "trainer.total_epochs=2", "trainer.total_training_steps=null", "trainer.critic_warmup=2",
+                     "trainer.test_freq=-1", "trainer.val_before_train=false"], show_progress=False)
+    assert [r["step"] for r in history] == [1, 2, 3, 4]
+    assert [r["training/epoch"] for r in history] == [0, 0, 1, 1]
+    assert "actor/pg_loss" not in history[0] and "critic/vf_loss" in history[0]
+    assert all("actor/pg_loss" in r for r in history[1:])
+
+
+def test_list_of_train_files_filter_overlong_prompts_and_truncation(tmp_path, capsys):
+    from minirl import data, models
+
+    tokenizer = models.build_tokenizer()
+    short = data.arithmetic_rows(6, "train")
+    long = [{**row, "prompt": [{"role": "user", "content": "please add: " * 5 + row["prompt"][0]["content"]}]}
+            for row in data.arithmetic_rows(4, "train", seed=1)]
+    files = [str(data.write_parquet(short, tmp_path / "a.parquet")),
+             str(data.write_parquet(long, tmp_path / "b.parquet"))]
+    assert len(data.load_rl_rows(files, tokenizer, 32)) == 10  # lists are concatenated
+    kept = data.load_rl_rows(files, tokenizer, 32, filter_overlong_prompts=True)
+    assert [row["prompt"] for row in kept] == [row["prompt"] for row in short]
+    assert len(data.load_rl_rows(files, tokenizer, 32, max_samples=3, shuffle=True, seed=0)) == 3
+    ids = list(range(10))
+    assert data.truncate_prompt(ids, 4, "left") == [6, 7, 8, 9]
+    assert data.truncate_prompt(ids, 4, "right") == [0, 1, 2, 3]
+    assert data.truncate_prompt(ids, 4, "middle") == [0, 1, 8, 9]
+    with pytest.raises(ValueError, match="filter_overlong_prompts=true"):
+        data.truncate_prompt(ids, 4, "error")
+    encoded = data.encode_prompts(tokenizer, [long[0]["prompt"]], 32, truncation="left")
+    assert encoded["input_ids"].shape == (1, 32)
