@@ -7,7 +7,8 @@
 #   make lab     open the chapters in JupyterLab
 #   make grade   grade YOUR exercises/ and print a progress table
 #   make parity  compare minirl with verl 0.9.1 itself (its own venv, .venv-verl; part of make test)
-#   make bench   benchmarks: core ops vs verl, learning speed per estimator, minirl vs TRL (minutes)
+#   make bench   benchmarks: core ops vs verl, learning speed per estimator, step time with micro-batches
+#                and 1 vs 2 processes, minirl vs TRL (minutes)
 #
 # On a GPU machine, choose the torch build, e.g.
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
@@ -64,6 +65,7 @@ bench: install $(VERL_INSTALLED)
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
 	$(VERL_PY) bench/core_ops.py
 	$(PY) bench/learning.py
+	$(PY) bench/parallel.py
 	$(PY) bench/vs_trl.py
 
 book: install
