@@ -5,7 +5,7 @@
 #   make book    build the site with `mkdocs build --strict` into site/
 #   make serve   serve the site at http://127.0.0.1:8000
 #   make lab     open the chapters in JupyterLab
-#   make grade   grade YOUR exercises/ and print a progress table
+#   make grade   grade YOUR exercises/ and print a progress table (make grade EX=4.1: one exercise, all its checks)
 #   make parity  compare minirl with verl 0.9.1 itself (its own venv, .venv-verl; part of make test)
 #   make bench   benchmarks: core ops vs verl, learning speed per estimator, step time with micro-batches
 #                and 1 vs 2 processes, minirl vs TRL (minutes)
@@ -78,7 +78,8 @@ lab: install
 	$(VENV)/bin/jupyter lab chapters/
 
 grade: install
-	@$(PY) -m pytest tests/exercises -q --tb=no -rN -p no:cacheprovider --target exercises || true
+	@$(PY) -m pytest tests/exercises -q --tb=no -rN -p no:cacheprovider --target exercises \
+		$(if $(EX),--exercise $(EX)) || true
 
 clean:
 	rm -rf $(VENV) $(VERL_VENV) site build .pytest_cache

@@ -209,3 +209,57 @@ def test_chapter4_graders_explain_the_classic_mistakes(tmp_path, source, expecte
     results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch04_grpo.py")
     for test, message in expected.items():
         assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+
+
+# ----------------------------------------------------------------------------------------------
+# One exercise, all of its checks: `make grade EX=N` (pytest --exercise N)
+# ----------------------------------------------------------------------------------------------
+
+WRONG_CH01 = '''
+import torch
+
+def clipped_policy_loss(old_log_prob, log_prob, advantages, response_mask, clip_ratio=0.2):
+    ratio = torch.exp(log_prob - old_log_prob)
+    per_token = torch.minimum(-advantages * ratio,                          # min instead of max
+                              -advantages * torch.clamp(ratio, 1 - clip_ratio, 1 + clip_ratio))
+    return (per_token * response_mask).sum() / response_mask.sum(), torch.zeros(())
+
+def aggregate_loss(loss_mat, loss_mask, loss_agg_mode):
+    return (loss_mat * loss_mask).sum() / loss_mask.sum()                  # token-mean for every mode
+'''
+
+WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch04_grpo": WRONG_CH04_BIASED}
+
+
+def marked_checks() -> dict[str, int]:
+    """Exercise number -> how many graded tests carry its marker, read from the test files' source."""
+    counts: dict[str, int] = {}
+    for path in sorted((REPO / "tests" / "exercises").glob("test_ch*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                for decorator in node.decorator_list:
+                    if isinstance(decorator, ast.Call) and ast.unparse(decorator.func) == "pytest.mark.exercise":
+                        number = decorator.args[0].value
+                        counts[number] = counts.get(number, 0) + 1
+    return counts
+
+
+def test_make_grade_passes_one_exercise_to_pytest():
+    makefile = (REPO / "Makefile").read_text()
+    assert "$(if $(EX),--exercise $(EX))" in makefile
+    for chapter in ("00_tensors", "01_ppo", "04_grpo"):  # the chapters print the same command
+        assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
+
+
+@pytest.mark.parametrize("number", sorted(marked_checks()))
+def test_one_exercise_command_runs_all_its_checks_and_fails_a_wrong_answer(tmp_path, number):
+    counts = marked_checks()
+    assert counts[number] >= 3, f"exercise {number} has only {counts[number]} checks; write at least 3"
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    for chapter, source in WRONG.items():
+        (wrong / f"{chapter}.py").write_text(source)
+    results, stdout = grade(wrong, tmp_path, f"--exercise={number}")
+    assert len(results) == counts[number], f"--exercise {number} ran {len(results)} of {counts[number]} checks"
+    assert any(message != "passed" for message in results.values()), f"a wrong answer to {number} passed"
+    assert f"make grade EX={number}" in stdout and "FAILED" in stdout

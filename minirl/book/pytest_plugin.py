@@ -12,3 +12,8 @@ def pytest_addoption(parser):
             "'solutions' (the answers; what `make test` uses), or a path to a folder of chapter files."
         ),
     )
+    parser.addoption(
+        "--exercise",
+        default=None,
+        help="grade exactly one exercise, all of its checks, by its number (e.g. --exercise 4.1; `make grade EX=4.1`).",
+    )

@@ -19,6 +19,24 @@ def pytest_configure(config):
     )
 
 
+def pytest_collection_modifyitems(config, items):
+    """--exercise N keeps exactly the checks marked exercise("N", ...): an explicit identity, not a name match."""
+    wanted = config.getoption("--exercise")
+    if wanted is None:
+        return
+    numbers = sorted({m.args[0] for item in items for m in item.iter_markers("exercise")})
+    if wanted not in numbers:
+        raise pytest.UsageError(f"no exercise {wanted!r}; the exercises are {', '.join(numbers)} (make grade EX=4.1).")
+    keep = [item for item in items if any(m.args[0] == wanted for m in item.iter_markers("exercise"))]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
+
+
+def grade_command(number: str) -> str:
+    """The command that grades one exercise, all of its checks (what chapters and the table print)."""
+    return f"make grade EX={number}"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
@@ -55,7 +73,7 @@ def pytest_terminal_summary(terminalreporter, config):
         else:
             status = "FAILED"
         passed = sum(o == "passed" for o in outcomes)
-        rerun = f".venv/bin/python -m pytest tests/exercises/test_{chapter}.py -k {name}"
+        rerun = grade_command(number)
         rows.append((chapter, f"{number} {name}", status, f"{passed}/{len(outcomes)}", rerun))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:

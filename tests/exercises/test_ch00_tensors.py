@@ -119,6 +119,30 @@ def test_masked_whiten_matches_verl(ch):
 
 
 @pytest.mark.exercise("0.2", "masked_whiten")
+def test_masked_whiten_toy(ch):
+    values, mask = torch.tensor([[1.0, 3.0, 99.0]]), torch.tensor([[1, 1, 0]])
+    out = expect_tensor(call(ch.masked_whiten, values, mask), values.shape, "masked_whiten(values, mask)")
+    # mean 2, unbiased variance ((1-2)^2 + (3-2)^2) / (2 - 1) = 2, so the valid values become -+1/sqrt(2)
+    expected = torch.tensor([-(2**-0.5), 2**-0.5])
+    if close(out[0, :2], torch.tensor([-1.0, 1.0]), atol=1e-3):
+        fail("on [1, 3] you got [-1, 1]: that is the biased variance (divide by N = 2). verl's masked_var is "
+             "unbiased: divide by N - 1 = 1, so the values are -+1/sqrt(2).")
+    if not close(out[0, :2], expected, atol=1e-4):
+        fail(f"whitening [1, 3] (padding 99 ignored) should give {expected.tolist()}, got {out[0, :2].tolist()}: "
+             "the padded 99 must not enter the mean or the variance.")
+
+
+@pytest.mark.exercise("0.2", "masked_whiten")
+def test_masked_whiten_keeps_dtype_and_is_finite(ch):
+    values, mask = ragged_batch(5, dtype=torch.float64)
+    out = expect_tensor(call(ch.masked_whiten, values, mask), values.shape, "masked_whiten(values, mask)")
+    if out.dtype != torch.float64:
+        fail(f"float64 values came back as {out.dtype}: keep the input's dtype (no .float()).")
+    if not torch.isfinite(out).all():
+        fail("the result holds NaN or inf: add 1e-8 to the variance before the square root.")
+
+
+@pytest.mark.exercise("0.2", "masked_whiten")
 def test_masked_whiten_gives_zero_mean_unit_variance(ch):
     for seed in range(1, 4):
         values, mask = ragged_batch(seed, dtype=torch.float64)
@@ -249,3 +273,16 @@ def test_place_scores_on_last_token_matches_verl(ch):
         fail("place_scores_on_last_token differs from minirl.core.place_scores_on_last_token on a ragged batch.")
     if not close(out.sum(-1), scores):
         fail("summing token_level_scores over tokens should give back each sequence's score.")
+
+
+@pytest.mark.exercise("0.5", "place_scores_on_last_token")
+def test_place_scores_on_last_token_edge_rows(ch):
+    scores = torch.tensor([0.5, 2.0, -3.0], dtype=torch.float64)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 1], [1, 1, 0]])  # a one-token response and a full-length one
+    out = expect_tensor(call(ch.place_scores_on_last_token, scores, mask), mask.shape, "token_level_scores")
+    if out.dtype != torch.float64:
+        fail(f"float64 scores came back as {out.dtype}: the output takes the dtype of `scores`, not of the mask.")
+    expected = torch.tensor([[0.5, 0, 0], [0, 0, 2.0], [0, -3.0, 0]], dtype=torch.float64)
+    if not close(out, expected):
+        fail(f"a one-token response keeps its score on token 0 and a full-length one on its last token: expected "
+             f"{expected.tolist()}, got {out.tolist()}.")

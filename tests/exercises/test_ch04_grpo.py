@@ -122,6 +122,19 @@ def test_repeat_is_interleaved(ch):
 
 
 @pytest.mark.exercise("4.2", "repeat_with_uids")
+def test_repeat_once_and_many_times(ch):
+    prompts, uids = call(ch.repeat_with_uids, ["a", "b"], 1)
+    if list(prompts) != ["a", "b"] or len(set(uids)) != 2:
+        fail(f"with n=1 the prompts come back unchanged, each with its own uid; got {list(prompts)}, {list(uids)}.")
+    prompts, uids = call(ch.repeat_with_uids, ["p", "q"], 5)
+    if list(prompts) != ["p"] * 5 + ["q"] * 5 or len(uids) != 10 or len(set(uids[:5])) != 1 or uids[4] == uids[5]:
+        fail("with n=5, expected five 'p' sharing one uid, then five 'q' sharing another; "
+             f"got {list(prompts)} with uids {list(uids)}.")
+    if not all(isinstance(u, str) for u in uids):
+        fail("uids should be strings (verl stores str(uuid.uuid4())), so they can be compared and written out.")
+
+
+@pytest.mark.exercise("4.2", "repeat_with_uids")
 def test_uid_is_per_prompt_not_per_text(ch):
     _, uids = call(ch.repeat_with_uids, ["2+2=?", "2+2=?"], 3)
     if uids[0] == uids[3]:
