@@ -55,7 +55,8 @@ demo: install
 
 test: install $(VERL_INSTALLED)
 	$(PY) -m ruff check .
-	$(PY) -m pytest --target solutions --ignore=tests/parity
+	$(PY) -m minirl warm-start > /dev/null  # built once, before the parallel workers need it
+	$(PY) -m pytest -n 2 --dist loadfile --target solutions --ignore=tests/parity
 	$(VERL_PY) -m pytest tests/parity
 
 parity: $(VERL_INSTALLED)

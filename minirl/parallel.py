@@ -33,6 +33,21 @@ from minirl.protocol import DataProto
 CPU_LAUNCH = "ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m minirl train ..."
 
 
+def apply_thread_policy() -> int:
+    """Use one intra-op thread per process unless OMP_NUM_THREADS says otherwise; returns the count.
+
+    The book's models are tiny, so torch's default (one thread per core) buys little and costs a lot
+    as soon as anything else runs. Measured on a 2-core machine, 15 GRPO steps of the default run:
+    quiet, 10.2 s with torch's 2 threads vs 12.6 s with 1; beside one other busy process, 33.5 s vs
+    19.4 s. A second notebook, the test suite or an install is always running somewhere, so minirl
+    takes the predictable option. Set OMP_NUM_THREADS (e.g. OMP_NUM_THREADS=2) to choose yourself;
+    real models on a GPU are not affected.
+    """
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    return torch.get_num_threads()
+
+
 def check_launch(accelerator) -> None:
     """Raise if the environment says N processes were launched but accelerate sees a different number.
 

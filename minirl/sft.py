@@ -11,6 +11,7 @@ then capped, and RL has room to beat it. verl's twin is `verl/trainer/sft_traine
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -32,7 +33,9 @@ from minirl.config import OptimConfig
 from minirl.data import compute_position_ids
 from minirl.evaluate import evaluate
 from minirl.optim import build_lr_scheduler
+from minirl.parallel import apply_thread_policy
 
+LOCK_FILE = ".lock"
 WARM_START_VERSION = 2  # bump when the build changes, so cached warm starts are rebuilt
 
 
@@ -110,6 +113,7 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
         A list of per-step training losses.
     """
     set_seed(config.seed)
+    apply_thread_policy()
     accelerator = Accelerator()
     tensors = tokenize_demonstrations(tokenizer, demos, config.max_length)
     dataset = TensorDataset(tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"],
@@ -200,17 +204,18 @@ def default_warm_start(config: SFTConfig | None = None, cache_dir: str | Path | 
         return target
     cache_dir = target.parent
     cache_dir.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".building-{config.key()}-", dir=cache_dir))
-    try:
-        build_warm_start(building, config, show_progress)
-        if target.exists():  # a stale, incomplete directory from an older version
-            shutil.rmtree(target)
-        os.replace(building, target)
-    except OSError:
-        if not (target / "warm_start.json").exists():
-            raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
+    with open(cache_dir / LOCK_FILE, "w") as lock:  # one builder at a time (e.g. parallel test workers)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / "warm_start.json").exists():  # another process built it while we waited
+            return target
+        building = Path(tempfile.mkdtemp(prefix=f".building-{config.key()}-", dir=cache_dir))
+        try:
+            build_warm_start(building, config, show_progress)
+            if target.exists():  # a stale, incomplete directory from an older version
+                shutil.rmtree(target)
+            os.replace(building, target)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
     return target
 
 

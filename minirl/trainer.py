@@ -51,7 +51,7 @@ from minirl.metrics import (
     process_validation_metrics,
     timer,
 )
-from minirl.parallel import check_launch, dp_compute
+from minirl.parallel import apply_thread_policy, check_launch, dp_compute
 from minirl.protocol import DataProto
 from minirl.reinforce_pp import (
     compute_reinforce_plus_plus_baseline_outcome_advantage,
@@ -111,6 +111,7 @@ class PPOTrainer:
 
     def __init__(self, config: Config, show_progress: bool | None = None):
         self.config = cfg = config
+        apply_thread_policy()
         trackers = [name for name in cfg.trainer.logger if name in ("tensorboard", "wandb")]
         for name in trackers:
             if importlib.util.find_spec(name) is None:
