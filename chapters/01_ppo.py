@@ -1,0 +1,299 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 1 · PPO: keep each policy update from stepping too far
+#
+# | The five answers | |
+# |---|---|
+# | **Problem** | A policy-gradient step computed on a batch is only trustworthy near the policy that sampled the batch. Reusing the batch for several updates, or taking a large step, lets the policy run away from it: the update optimises a stale estimate, and the model can collapse. |
+# | **Core formula** | $r_t(\theta) = \dfrac{\pi_\theta(a_t \mid s_t)}{\pi_{\text{old}}(a_t \mid s_t)}$, $\quad L^{\text{clip}} = \mathbb{E}_t\big[\min(r_t A_t,\ \operatorname{clip}(r_t, 1-\epsilon, 1+\epsilon) A_t)\big]$. In an LLM, $a_t$ is the $t$-th response token. |
+# | **Beginner's view** | Good answers may become more likely, bad ones less likely, but never by much in one go: `clip_ratio` is the safety rope. |
+# | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (rollout, recompute `old_log_probs`, update; verl's legacy trainer, see section 5); `verl/trainer/ppo/core_algos.py::compute_policy_loss_vanilla` (ratio, `actor/pg_clipfrac`, `actor/ppo_kl`); `core_algos.py::agg_loss`; `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (verl's FSDP PPO example: GAE with a critic, `rollout.n=1`). |
+# | **Where next** | Chapter 2 · GAE (planned) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic; the debug-metrics lab (planned) for `actor/pg_clipfrac` and `actor/ppo_kl`. |
+#
+# Run time: about 3 minutes on 2 CPU cores (four small training runs). With `MINIRL_FAST=1` every run
+# shrinks to a few steps.
+
+# %%
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+
+from minirl import core, ppo
+from minirl.book.notebook import fast_mode, show_source
+from minirl.plot import curve, load_metrics
+from minirl.trainer import train
+
+RUNS = Path("..") / "runs" / "ch01"
+VAL = "val-core/minirl/arithmetic/acc/mean@1"
+
+
+def run(name, *overrides, steps, test_freq=10):
+    # One seeded run of minirl's trainer (verl's fit loop) from the cached SFT warm start.
+    fast = ["data.val_max_samples=40"] if fast_mode() else []
+    steps = 3 if fast_mode() else steps
+    train([f"trainer.default_local_dir={RUNS / name}", f"trainer.total_training_steps={steps}",
+           f"trainer.test_freq={min(test_freq, steps)}", "trainer.resume_mode=disable", "trainer.logger=[]",
+           "algorithm.adv_estimator=gae", *fast, *overrides], show_progress=False)
+    return load_metrics(RUNS / name)
+
+
+# %% [markdown]
+# ## 1. The problem, shown: an update that steps too far
+#
+# We train PPO with a critic (`algorithm.adv_estimator=gae`, as in verl's PPO examples) from the
+# SFT warm start, reusing each batch for 4 epochs of 4 mini-batches with a high learning rate
+# (`actor.ppo_epochs=4`, `ppo_mini_batch_size=8` of 32 prompts, `optim.lr=3e-4`). After the first
+# mini-batch the policy has moved, so the later updates are computed on data from an older policy.
+#
+# Two runs differ only in the clip. The unclipped run sets the clip range so wide that it almost
+# never acts (`clip_ratio_low=0.999`, `clip_ratio_high=1000`, `clip_ratio_c=1000`: only ratios below
+# 0.001 are still clipped).
+
+# %%
+aggressive = ["actor_rollout_ref.actor.ppo_epochs=4", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+              "actor_rollout_ref.actor.optim.lr=3e-4"]
+unclipped = ["actor_rollout_ref.actor.clip_ratio_low=0.999", "actor_rollout_ref.actor.clip_ratio_high=1000",
+             "actor_rollout_ref.actor.clip_ratio_c=1000"]
+problem = {
+    "clipped (eps = 0.2)": run("clipped", *aggressive, steps=30),
+    "unclipped": run("unclipped", *aggressive, *unclipped, steps=30),
+}
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.3))
+for label, records in problem.items():
+    axes[0].plot(*curve(records, VAL), marker="o", label=label)
+    axes[1].plot(*curve(records, "actor/ppo_kl"), label=label)
+    axes[2].plot(*curve(records, "actor/pg_clipfrac"), label=label)
+axes[0].set(title="greedy validation accuracy", xlabel="step")
+axes[1].set(title="actor/ppo_kl (old vs new policy)", xlabel="step")
+axes[2].set(title="actor/pg_clipfrac", xlabel="step")
+for ax in axes:
+    ax.grid(alpha=0.3)
+axes[0].legend()
+plt.tight_layout()
+plt.show()
+for label, records in problem.items():
+    steps, accs = curve(records, VAL)
+    print(f"{label:20s} validation accuracy {accs[0]:.3f} -> {accs[-1]:.3f}")
+
+# %% [markdown]
+# Without the clip, the reused batches push the policy further and further from the one that
+# sampled them: `actor/ppo_kl`, an estimate of KL(old ‖ new) over the batch, climbs, and the accuracy
+# collapses to 0. With the clip, the same settings stay near the starting accuracy: tokens whose ratio has already left
+# $[1-\epsilon, 1+\epsilon]$ in the helpful direction stop contributing (`actor/pg_clipfrac` is the
+# share of such tokens), so each batch can only move the policy so far.
+#
+# ## 2. The formula and the code
+#
+# For each response token $t$ with advantage $A_t$:
+#
+# $$
+# r_t = \exp\big(\log \pi_\theta(a_t) - \log \pi_{\text{old}}(a_t)\big), \qquad
+# \text{loss}_t = \max\big(-A_t\, r_t,\ -A_t \operatorname{clip}(r_t, 1-\epsilon_{\text{low}}, 1+\epsilon_{\text{high}})\big)
+# $$
+#
+# The loss is the negative of the objective, so PPO's $\min$ becomes a $\max$. Read it case by case:
+#
+# | case | what the clip does |
+# |---|---|
+# | $A_t > 0$, $r_t > 1 + \epsilon_{\text{high}}$ | the token is already more likely enough: loss flat, gradient 0 |
+# | $A_t > 0$, $r_t < 1 - \epsilon_{\text{low}}$ | the token became *less* likely though it was good: not clipped, full gradient to fix it |
+# | $A_t < 0$, $r_t < 1 - \epsilon_{\text{low}}$ | the bad token is already less likely enough: gradient 0 |
+# | $A_t < 0$, $r_t > 1 + \epsilon_{\text{high}}$ | the bad token became *more* likely: not clipped, and the loss $-A_t r_t$ grows with $r_t$ |
+#
+# The last case is unbounded, so verl adds a **dual clip**: for $A_t < 0$ the loss is capped at
+# $-A_t \cdot c$ (`clip_ratio_c`, default 3). **Decoupled clip**: $\epsilon_{\text{low}}$ and
+# $\epsilon_{\text{high}}$ are separate keys (`clip_ratio_low`, `clip_ratio_high`); DAPO raises only
+# the upper one ("clip-higher"). verl also clamps the log-ratio to $[-20, 20]$ before `exp`.
+#
+# `minirl/ppo.py::compute_policy_loss` implements exactly this. Exercise 1.1 asks you to write its core
+# (without the dual clip), so its code is shown after the exercises.
+
+# %% [markdown]
+# ### Aggregation: from per-token losses to one number
+#
+# `agg_loss` reduces the $(B, L)$ loss matrix. The choice decides how much each token and each
+# sequence weighs:
+#
+# $$
+# \text{token-mean} = \frac{\sum_{i,t} m_{it} \ell_{it}}{\sum_{i,t} m_{it}}, \qquad
+# \text{seq-mean-token-mean} = \frac{1}{G} \sum_i \frac{\sum_t m_{it} \ell_{it}}{\sum_t m_{it}}
+# $$
+#
+# With token-mean every token counts the same, so long responses weigh more in total; with
+# seq-mean-token-mean every response counts the same, so each token of a short response weighs more.
+# `minirl/core.py::agg_loss` (Exercise 1.2) is shown after the exercises.
+
+# %% [markdown]
+# ## 3. A numeric toy you can check by hand
+#
+# Four tokens, $\epsilon = 0.2$: ratios $(1.5, 0.5, 0.5, 5.0)$ and advantages $(+1, +1, -1, -1)$.
+#
+# - token 1: $A>0$, $r = 1.5 > 1.2$: clipped, loss $= -1.2$;
+# - token 2: $A>0$, $r = 0.5$: not clipped, loss $= -0.5$;
+# - token 3: $A<0$, $r = 0.5 < 0.8$: clipped, loss $= 0.8$;
+# - token 4: $A<0$, $r = 5$: PPO's clip does not act ($-A r = 5 > 1.2$), the dual clip caps it at $c = 3$.
+#
+# token-mean loss $= (-1.2 - 0.5 + 0.8 + 3)/4 = 0.525$; `pg_clipfrac` $= 2/4$; `pg_clipfrac_lower` $= 1/4$.
+
+# %%
+ratio = torch.tensor([[1.5, 0.5, 0.5, 5.0]])
+advantages = torch.tensor([[1.0, 1.0, -1.0, -1.0]])
+log_prob = ratio.log().requires_grad_(True)
+loss, metrics = ppo.compute_policy_loss(torch.zeros(1, 4), log_prob, advantages, torch.ones(1, 4))
+loss.backward()
+print("loss", round(loss.item(), 4), {k: round(v, 4) for k, v in metrics.items()})
+print("gradient per token:", [round(g, 3) for g in log_prob.grad[0].tolist()], "(0 where a clip acts)")
+
+loss_mat = torch.tensor([[1.0, 1.0, 1.0, 1.0], [3.0, 0.0, 0.0, 0.0]])
+mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]])
+for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum"):
+    print(f"{mode:20s}", core.agg_loss(loss_mat, mask, mode).item())
+
+# %% [markdown]
+# The aggregation toy: a long response with loss 1 per token and a one-token response with loss 3.
+# token-mean gives $(4 + 3)/5 = 1.4$; seq-mean-token-mean gives $(1 + 3)/2 = 2$: the short response
+# counts as much as the long one.
+#
+# ## 4. The experiment: PPO on the tiny task
+#
+# Now PPO with verl-like settings (one epoch, two mini-batches per step, learning rate 1e-4): the first
+# mini-batch of each step is on-policy (ratio 1), the second is slightly off-policy, and the clip rarely
+# acts. We compare one and two epochs.
+
+# %%
+experiment = {
+    "PPO, 1 epoch": run("ppo-1epoch", steps=40),
+    "PPO, 2 epochs": run("ppo-2epochs", "actor_rollout_ref.actor.ppo_epochs=2", steps=40),
+}
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.3))
+for label, records in experiment.items():
+    axes[0].plot(*curve(records, VAL), marker="o", label=label)
+    axes[1].plot(*curve(records, "critic/score/mean"), label=label, alpha=0.8)
+    axes[2].plot(*curve(records, "actor/pg_clipfrac"), label=label, alpha=0.8)
+axes[0].set(title="greedy validation accuracy", xlabel="step")
+axes[1].set(title="training reward (critic/score/mean)", xlabel="step")
+axes[2].set(title="actor/pg_clipfrac", xlabel="step")
+for ax in axes:
+    ax.grid(alpha=0.3)
+axes[0].legend()
+plt.tight_layout()
+plt.show()
+for label, records in experiment.items():
+    steps, accs = curve(records, VAL)
+    print(f"{label:14s} validation accuracy {accs[0]:.3f} -> {accs[-1]:.3f} ({accs[-1] - accs[0]:+.3f})")
+
+# %% [markdown]
+# Both learn by about the same amount in 40 steps (one seed each, so a difference of a few points is
+# within the noise between seeds); `actor/pg_clipfrac` shows the clip starting to act on the second
+# epoch's off-policy passes, which is what keeps the extra reuse of each batch safe.
+#
+# ## 5. verl ↔ minirl
+#
+# | | verl 0.9.1 | minirl |
+# |---|---|---|
+# | policy loss | `core_algos.py::compute_policy_loss_vanilla` (`loss_mode=vanilla`) | `minirl/ppo.py::compute_policy_loss` |
+# | aggregation | `core_algos.py::agg_loss` | `minirl/core.py::agg_loss` |
+# | old log-probs recomputed | `ray_trainer.py::RayPPOTrainer._compute_old_log_prob`: `actor_rollout_wg.compute_log_prob` | `minirl/workers.py::Actor.compute_log_prob` |
+# | epochs and mini-batches | `engine_workers.py::TrainingWorker.train_mini_batch`, with the loss in `losses.py::ppo_loss` | `minirl/workers.py::Actor.update_actor` |
+#
+# **Which verl trainer.** minirl mirrors verl's legacy trainer, `RayPPOTrainer.fit()` in
+# `verl/trainer/ppo/ray_trainer.py`. verl 0.9.1 runs it only with `trainer.use_v1=false` and marks it
+# deprecated. The default, `trainer.use_v1: true`, is the v1 trainer in `verl/trainer/ppo/v1/`
+# (`trainer_base.py`). There an agent loop generates the responses and a replay buffer
+# (`v1/replay_buffer.py`) hands them to the trainer. Each prompt gets a uid and `rollout.n`
+# sessions, instead of `batch.repeat(n, interleave=True)` copying its row. The stages of a step come
+# in the same order: generate, reward, balance, old log-probs, reference, values, advantages, critic
+# update, actor update. Older verl and many blog posts put the epoch loop in
+# `verl/workers/actor/dp_actor.py::DataParallelPPOActor.update_policy`; verl 0.9 removed that file
+# and moved the loop to `engine_workers.py::TrainingWorker.train_mini_batch`.
+#
+# | config key (verl = minirl) | default | meaning |
+# |---|---|---|
+# | `actor_rollout_ref.actor.clip_ratio_low` / `clip_ratio_high` | 0.2 / 0.2 | $\epsilon_{\text{low}}$, $\epsilon_{\text{high}}$ (setting only `clip_ratio` does nothing in verl) |
+# | `actor_rollout_ref.actor.clip_ratio_c` | 3.0 | dual-clip cap for $A<0$ |
+# | `actor_rollout_ref.actor.ppo_epochs` | 1 | passes over each batch |
+# | `actor_rollout_ref.actor.ppo_mini_batch_size` | verl 256, minirl 16 | prompts per optimizer step |
+# | `actor_rollout_ref.actor.loss_agg_mode` | `token-mean` | see `agg_loss` |
+# | `algorithm.adv_estimator` | verl `gae` | PPO with a critic (Chapter 2) |
+#
+# | metric | healthy | worrying |
+# |---|---|---|
+# | `actor/pg_clipfrac` | 0 to ~0.2 | above ~0.3: updates too large (lower the learning rate or the epochs) |
+# | `actor/ppo_kl` | near 0, below ~0.05 | growing steadily: the policy runs away from its data |
+# | `actor/pg_clipfrac_lower` | ~0 | large: bad tokens' ratios explode (dual clip busy) |
+#
+# ## 6. Exercises
+#
+# Open `exercises/ch01_ppo.py` and grade with `make grade`
+# (one exercise, all of its checks: `make grade EX=1.1`).
+#
+# | # | function | what it checks |
+# |---|---|---|
+# | 1.1 | `clipped_policy_loss` | the hand toy, verl's value, gradient and clip fraction, ratio 1 on-policy |
+# | 1.2 | `aggregate_loss` | token-mean, seq-mean-token-sum, seq-mean-token-mean; empty rows; unknown modes |
+#
+# <details>
+# <summary>Hint for 1.1</summary>
+# Work in log space: <code>ratio = torch.exp(log_prob - old_log_prob)</code>. Build both losses,
+# take <code>torch.maximum</code>, then a masked mean. The clip fraction is the masked mean of
+# <code>(clipped > unclipped).float()</code>.
+# </details>
+#
+# <details>
+# <summary>Hint for 1.2</summary>
+# <code>S = (loss_mat * mask).sum(-1)</code> and <code>n = mask.sum(-1)</code>; keep only rows with
+# <code>n > 0</code> for the two seq-mean modes.
+# </details>
+#
+# **Failure-mode question.** In minirl, the metrics of the first mini-batch of the first epoch of
+# every PPO step show a ratio of 1 (`actor/ppo_kl` about 0, nothing clipped), whatever the
+# learning rate. Why, why is that not a sign that the update does nothing, and why does verl show a
+# ratio only close to 1 there?
+#
+# <details>
+# <summary>Answer</summary>
+# `old_log_probs` are recomputed by the actor right before the update, with the same weights, so on
+# the first mini-batch log_prob equals old_log_prob: the ratio is 1, no token is clipped and the
+# gradient is the plain policy gradient $-A_t \nabla \log \pi$. The update happens; only after it does
+# the policy differ from the one that sampled the batch. The ratio and the clip matter for the later
+# mini-batches and epochs (and for rollout engines whose log-probs differ from the trainer's,
+# Chapter 9). In minirl the ratio is 1 up to float32 rounding (about 1e-7): both passes use the same weights,
+# in float32, on the same padded rows (only batched differently). verl also recomputes with the same weights, but in bf16, and the update packs the
+# sequences into other micro-batches than the log-prob pass did. The rounding differs a little, so
+# the ratio is only close to 1 and `actor/ppo_kl` is small but not 0.
+# </details>
+#
+# ### The library's code, after you tried
+#
+# minirl's versions of the functions the exercises ask for, read from the library itself. Open them
+# after your own answers pass (or after you are stuck with the hints): they are the reference the
+# graders compare with.
+
+# %%
+from IPython.display import display
+
+for function in (ppo.compute_policy_loss, core.agg_loss):
+    display(show_source(function, collapsed=True))
+
+# %% [markdown]
+# ## 7. Where next
+#
+# - Chapter 2 · GAE (planned): where $A_t$ comes from when there is a critic.
+# - [Chapter 4 · DeepSeekMath / GRPO](04_grpo.ipynb): the same clipped loss, with group baselines instead of a critic.
+# - References: Schulman et al., *Proximal Policy Optimization Algorithms* (2017); Ye et al., dual-clip
+#   PPO (2019); verl docs `docs/algo/ppo.md`.

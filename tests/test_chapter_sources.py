@@ -1,0 +1,54 @@
+"""Every chapter is a pair: chapters/NN_*.py (the text people edit and review) and chapters/NN_*.ipynb
+(the same cells with the outputs of a full run, which the site shows). The two must hold the same cells."""
+
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+
+CHAPTERS = Path(__file__).resolve().parents[1] / "chapters"
+NOTEBOOKS = sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
+
+
+def cells(notebook) -> list[tuple[str, str]]:
+    return [(cell.cell_type, cell.source.strip()) for cell in notebook.cells]
+
+
+def test_every_notebook_has_a_text_source_and_back():
+    assert NOTEBOOKS
+    assert sorted(p.stem for p in CHAPTERS.glob("[0-9][0-9]_*.py")) == [p.stem for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_text_source_and_notebook_are_in_sync(notebook):
+    text = jupytext.read(notebook.with_suffix(".py"))
+    executed = nbformat.read(notebook, as_version=4)
+    assert cells(text) == cells(executed), (
+        f"{notebook.name} and {notebook.stem}.py differ. Edit the .py, then run "
+        f"`.venv/bin/jupytext --sync chapters/{notebook.stem}.py` and re-execute the notebook "
+        "(README, For contributors).")
+    assert executed.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent"
+
+
+# The library functions whose code answers a chapter's exercises: a chapter shows them only after its
+# exercises, collapsed (README, "The chapter skeleton").
+ANSWERS = {
+    "00_tensors": ["core.masked_mean", "core.masked_whiten", "core.logprobs_from_logits", "core.get_response_mask",
+                   "core.place_scores_on_last_token"],
+    "01_ppo": ["ppo.compute_policy_loss", "core.agg_loss"],
+    "04_grpo": ["grpo.compute_grpo_outcome_advantage", "core.group_mean_std"],
+}
+
+
+@pytest.mark.parametrize("chapter", sorted(ANSWERS))
+def test_answers_are_shown_only_after_the_exercises_and_collapsed(chapter):
+    source = (CHAPTERS / f"{chapter}.py").read_text()
+    exercises_at = source.index("Exercises\n")
+    for function in ANSWERS[chapter]:
+        inline = f"show_source({function})"
+        assert inline not in source, f"{chapter}: {inline} prints an exercise's answer; use collapsed=True after " \
+                                     "the exercises"
+        later = source.find(function, exercises_at)
+        assert later > 0, f"{chapter}: {function} is not shown after the exercises"
+    assert "show_source(function, collapsed=True)" in source[exercises_at:]
