@@ -394,7 +394,8 @@ plt.show()
 # %%
 from IPython.display import display
 
-for function in (core.masked_mean, core.masked_whiten, core.logprobs_from_logits, core.get_response_mask, core.place_scores_on_last_token):
+for function in (core.masked_mean, core.masked_whiten, core.logprobs_from_logits, core.get_response_mask,
+                 core.place_scores_on_last_token):
     display(show_source(function, collapsed=True))
 
 # %% [markdown]
