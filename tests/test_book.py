@@ -85,3 +85,17 @@ def test_planned_chapters_are_not_linked():
     for target in re.findall(r"\]\(([^)#]+)", index):
         if not target.startswith("http"):
             assert (REPO / "chapters" / target).exists(), f"index.md links to {target}, which does not exist"
+
+
+def test_concordance_covers_every_verl_twin_the_library_names():
+    from minirl.book import concordance
+
+    page = concordance.build()
+    twins = concordance.verl_twins()
+    assert len(twins) > 30
+    for citation, twin in twins:
+        assert f"| `{citation}` | `{twin}` |" in page
+    for key, _ in concordance.config_keys():
+        assert f"| `{key}` |" in page
+    # a verl engineer looks up a metric and lands on the chapter that explains it
+    assert "| `actor/pg_clipfrac` | [Chapter 1](01_ppo.ipynb)" in page

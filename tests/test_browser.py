@@ -173,3 +173,26 @@ def test_reading_map_math_and_search(site_url, browser):
         time.sleep(0.5)
     assert any("04_grpo" in href for href in hits), f"search for clip_ratio found {hits}"
     assert not page.errors, page.errors
+
+
+@pytest.mark.parametrize("reference, rows", [("concordance", 200), ("glossary", 20)])
+def test_concordance_and_glossary_render_and_their_links_resolve(site_url, browser, reference, rows):
+    page = open_page(browser)
+    page.goto(f"{site_url}/{reference}/")
+    page.wait_for("document.readyState === 'complete'")
+    table_rows = page.evaluate("document.querySelectorAll('article table tbody tr').length")
+    in_nav = page.evaluate(f"""[...document.querySelectorAll('nav a')].some(a => a.href.includes('/{reference}/'))""")
+    links = page.evaluate("""[...new Set([...document.querySelectorAll('article a')]
+        .map(a => a.href.split('#')[0]).filter(h => h.startsWith(location.origin)))]""")
+    page.screenshot(SCREENSHOTS / f"{reference}.png")
+    assert table_rows > rows, f"{reference}: {table_rows} table rows"
+    assert in_nav, f"{reference} is not in the site's navigation"
+    for link in links:  # every link to a chapter or page lands on a page
+        with urllib.request.urlopen(link, timeout=10) as response:
+            assert response.status == 200, link
+    if reference == "concordance":
+        text = page.evaluate("document.querySelector('article').innerText")
+        for row in ("actor/pg_clipfrac", "compute_grpo_outcome_advantage", "actor_rollout_ref.rollout.n"):
+            assert row in text, row
+        assert any(link.endswith("/01_ppo/") for link in links)
+    assert not page.errors, f"{reference}: console errors {page.errors}"

@@ -7,7 +7,7 @@ import pytest
 
 from minirl.trainer import train
 
-NAMES_FILE = Path(__file__).parent / "data" / "verl_metric_names.txt"
+NAMES_FILE = Path(__file__).resolve().parents[1] / "minirl" / "verl_metric_names.txt"
 VERL_NAMES = [line.strip() for line in NAMES_FILE.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 

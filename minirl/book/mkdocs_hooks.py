@@ -37,6 +37,16 @@ MERMAID_LOADER = re.compile(r'<script type="module">\s*document\.addEventListene
                             r'\s*const diagrams = document\.querySelectorAll\("\.jp-Mermaid.*?</script>', re.DOTALL)
 
 
+def on_files(files, config):
+    """Add the concordance page, generated from minirl's docstrings and config (minirl/book/concordance.py)."""
+    from mkdocs.structure.files import File
+
+    from minirl.book import concordance
+
+    files.append(File.generated(config, "concordance.md", content=concordance.build()))
+    return files
+
+
 def on_post_page(output: str, page, config) -> str:
     """Swap nbconvert's CDN loaders for the site's own MathJax, on every page."""
     output = MERMAID_LOADER.sub("", NBCONVERT_MATHJAX.sub("", output))
