@@ -67,6 +67,7 @@ bench: install $(VERL_INSTALLED)
 	$(VERL_PY) bench/core_ops.py
 	$(PY) bench/learning.py
 	$(PY) bench/parallel.py
+	$(PY) bench/book_times.py
 	$(PY) bench/vs_trl.py
 
 book: install

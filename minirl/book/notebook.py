@@ -36,3 +36,88 @@ def show_source(obj, collapsed: bool = False):
     code = highlight(source, PythonLexer(), HtmlFormatter(noclasses=True, nobackground=True))
     return HTML(f"<details><summary><code>{module}::{obj.__qualname__}</code> (open after the exercises)</summary>"
                 f"{code}</details>")
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparisons over seeds: the mean with a min-max band, and claims only beyond the spread
+# ----------------------------------------------------------------------------------------------
+
+FULL_SEEDS = 3  # seeds per configuration in a full run; fast mode uses 1
+
+
+def seeds() -> list[int]:
+    """The data.seed values a comparison runs: 0, 1, 2 in a full run, 0 in fast mode."""
+    return [0] if fast_mode() else list(range(FULL_SEEDS))
+
+
+def run_seeds(run_one, name: str, *overrides: str) -> list[list[dict]]:
+    """Run one configuration once per seed; returns one metrics history per seed.
+
+    `run_one(name, *overrides)` is the chapter's own single-run function (it trains and returns the
+    records of `metrics.jsonl`); each seed gets `data.seed=<seed>` and its own run directory
+    `<name>/seed<seed>`. `data.seed` changes the data order, every sampling seed and the critic head's
+    initialisation (minirl/config.py).
+    """
+    return [run_one(f"{name}/seed{seed}", *overrides, f"data.seed={seed}") for seed in seeds()]
+
+
+def _x_values(records: list[dict], key: str, x: str) -> tuple[list[float], list[float]]:
+    """(x, y) of `key` over a run; x is the step, the cumulative tokens (prompt + response, every
+    sampled response counted) or the cumulative training seconds at that step."""
+    steps, ys = [], []
+    total_tokens, total_seconds, cumulative = 0.0, 0.0, {}
+    for record in records:
+        total_tokens += record.get("perf/total_num_tokens", 0.0)
+        total_seconds += record.get("timing_s/step", 0.0)
+        cumulative[record["step"]] = {"step": record["step"], "tokens": total_tokens, "seconds": total_seconds}[x]
+        if key in record:
+            steps.append(record["step"])
+            ys.append(record[key])
+    return [cumulative[s] for s in steps], ys
+
+
+def band(ax, runs: list[list[dict]], key: str, label: str, x: str = "step", **plot_kwargs):
+    """Plot the mean of `key` over seeds as a line and the min-max over seeds as a shaded band.
+
+    x: "step", "tokens" (a fair axis when variants generate different amounts per step) or "seconds".
+    """
+    import numpy as np
+
+    curves = [_x_values(records, key, x) for records in runs]
+    length = min(len(c[1]) for c in curves)
+    xs = np.mean([c[0][:length] for c in curves], axis=0)
+    ys = np.array([c[1][:length] for c in curves])
+    line, = ax.plot(xs, ys.mean(0), label=f"{label} ({len(runs)} seed{'s' if len(runs) > 1 else ''})", **plot_kwargs)
+    if len(runs) > 1:
+        ax.fill_between(xs, ys.min(0), ys.max(0), color=line.get_color(), alpha=0.2, linewidth=0)
+    return line
+
+
+def final_spread(runs: list[list[dict]], key: str) -> tuple[float, float, float]:
+    """(mean, min, max) over seeds of the last logged value of `key`."""
+    finals = [[r[key] for r in records if key in r][-1] for records in runs]
+    return sum(finals) / len(finals), min(finals), max(finals)
+
+
+def compare_table(results: dict[str, list[list[dict]]], key: str) -> str:
+    """A table of each variant's final `key` (mean and range over seeds), and which differences hold up.
+
+    Two variants differ "beyond the seed spread" only when their ranges do not overlap; otherwise the
+    table says the difference is within noise. With one seed (fast mode) nothing can be claimed.
+    """
+    spreads = {label: final_spread(runs, key) for label, runs in results.items()}
+    lines = [f"{'variant':16s} {'final mean':>10s}  {'min':>6s}  {'max':>6s}"]
+    lines += [f"{label:16s} {mean:10.3f}  {low:6.3f}  {high:6.3f}" for label, (mean, low, high) in spreads.items()]
+    seeds_run = min(len(runs) for runs in results.values())
+    labels = list(spreads)
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            (mean_a, low_a, high_a), (mean_b, low_b, high_b) = spreads[a], spreads[b]
+            if seeds_run < 2:
+                verdict = "one seed: no claim"
+            elif low_a > high_b or low_b > high_a:
+                verdict = f"differ beyond the seed spread ({mean_a - mean_b:+.3f})"
+            else:
+                verdict = f"within noise ({mean_a - mean_b:+.3f}, ranges overlap)"
+            lines.append(f"{a} vs {b}: {verdict}")
+    return "\n".join(lines)
