@@ -195,7 +195,8 @@ EXPERIMENT_STEPS = 3 if fast_mode() else 40
 results = {}
 for n in (2, 4, 8):
     results[f"GRPO n={n}"] = run_seeds(run, f"grpo-n{n}", "algorithm.adv_estimator=grpo",
-                                       f"actor_rollout_ref.rollout.n={n}", f"trainer.total_training_steps={EXPERIMENT_STEPS}")
+                                       f"actor_rollout_ref.rollout.n={n}",
+                                       f"trainer.total_training_steps={EXPERIMENT_STEPS}")
 results["Dr.GRPO n=8"] = run_seeds(run, "drgrpo-n8", "algorithm.adv_estimator=grpo",
                                    "algorithm.norm_adv_by_std_in_grpo=false",
                                    f"trainer.total_training_steps={EXPERIMENT_STEPS}")
