@@ -47,9 +47,52 @@ def on_files(files, config):
     return files
 
 
+NO_ALT = 'alt="No description has been provided for this image"'
+HEADING = re.compile(r"<h[1-3][^>]*>(.*?)</h[1-3]>", re.DOTALL)
+
+
+def describe_plots(output: str, title: str) -> str:
+    """Give every notebook plot an alt text naming its chapter and section (nbconvert leaves a placeholder).
+
+    A screen reader then says e.g. "Plot in Chapter 4 · DeepSeekMath / GRPO, section 5. The experiment:
+    GRPO on the tiny task" instead of "No description has been provided for this image".
+    """
+    pieces, last = [], 0
+    section = ""
+    for match in re.finditer(re.escape(NO_ALT) + "|" + HEADING.pattern, output, re.DOTALL):
+        if match.group(0).startswith("<h"):
+            section = re.sub(r"<[^>]+>|¶", "", match.group(1)).strip()
+            continue
+        where = f", section {section}" if section and section != title else ""
+        alt = f"Plot in {title}{where}".replace('"', "'")
+        pieces += [output[last:match.start()], f'alt="{alt}"']
+        last = match.end()
+    return "".join(pieces) + output[last:]
+
+
+SOURCE_LINK = re.compile(r'href="(?!https?:|/|#)([\w.-]+)\.(ipynb|md)(#[^"]*)?"')
+
+
+def link_pages(output: str) -> str:
+    """Point a notebook page's links to other chapters at their pages.
+
+    mkdocs rewrites `[Chapter 1](01_ppo.ipynb)` in Markdown pages, but a notebook's cells are rendered
+    by nbconvert, so their links would still name the source file: `01_ppo.ipynb` -> `../01_ppo/`,
+    `index.md` -> `../`.
+    """
+    def page_url(match):
+        name, anchor = match.group(1), match.group(3) or ""
+        return f'href="../{"" if name == "index" else name + "/"}{anchor}"'
+
+    return SOURCE_LINK.sub(page_url, output)
+
+
 def on_post_page(output: str, page, config) -> str:
-    """Swap nbconvert's CDN loaders for the site's own MathJax, on every page."""
+    """Swap nbconvert's CDN loaders for the site's own MathJax, and describe the plots, on every page."""
     output = MERMAID_LOADER.sub("", NBCONVERT_MATHJAX.sub("", output))
+    output = describe_plots(output, page.title or "the book")
+    if page.file.src_uri.endswith(".ipynb"):
+        output = link_pages(output)
     prefix = "../" * page.url.count("/")  # "" -> 0, "00_tensors/" -> 1
     script = f'<script defer src="{prefix}{MATHJAX_DIR}/tex-svg.js"></script>\n'
     return output.replace("</head>", MATHJAX_CONFIG + script + "</head>", 1)
