@@ -31,11 +31,10 @@
 from functools import partial
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 
 from minirl import core, ppo
-from minirl.book.notebook import band, compare_table, fast_mode, run_seeds, show_source
+from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_seeds, show_source
 from minirl.plot import load_metrics
 from minirl.trainer import train
 
@@ -75,19 +74,9 @@ problem = {
     "clipped (eps = 0.2)": run_seeds(partial(run, steps=15, test_freq=5), "clipped", *aggressive),
     "unclipped": run_seeds(partial(run, steps=15, test_freq=5), "unclipped", *aggressive, *unclipped),
 }
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.3))
-for label, runs in problem.items():
-    band(axes[0], runs, VAL, label, marker="o")
-    band(axes[1], runs, "actor/ppo_kl", label)
-    band(axes[2], runs, "actor/pg_clipfrac", label)
-axes[0].set(title="greedy validation accuracy", xlabel="step")
-axes[1].set(title="actor/ppo_kl (old vs new policy)", xlabel="step")
-axes[2].set(title="actor/pg_clipfrac", xlabel="step")
-for ax in axes:
-    ax.grid(alpha=0.3)
-axes[0].legend(fontsize=8)
-plt.tight_layout()
-plt.show()
+plot_comparison(problem, [(VAL, "greedy validation accuracy", "step"),
+                          ("actor/ppo_kl", "actor/ppo_kl (old vs new policy)", "step"),
+                          ("actor/pg_clipfrac", "actor/pg_clipfrac", "step")])
 print(compare_table(problem, VAL))
 
 # %% [markdown]
@@ -183,19 +172,9 @@ experiment = {
     "PPO, 1 epoch": run_seeds(partial(run, steps=20), "ppo-1epoch"),
     "PPO, 2 epochs": run_seeds(partial(run, steps=20), "ppo-2epochs", "actor_rollout_ref.actor.ppo_epochs=2"),
 }
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.3))
-for label, runs in experiment.items():
-    band(axes[0], runs, VAL, label, marker="o")
-    band(axes[1], runs, "critic/score/mean", label)
-    band(axes[2], runs, "actor/pg_clipfrac", label)
-axes[0].set(title="greedy validation accuracy", xlabel="step")
-axes[1].set(title="training reward (critic/score/mean)", xlabel="step")
-axes[2].set(title="actor/pg_clipfrac", xlabel="step")
-for ax in axes:
-    ax.grid(alpha=0.3)
-axes[0].legend(fontsize=8)
-plt.tight_layout()
-plt.show()
+plot_comparison(experiment, [(VAL, "greedy validation accuracy", "step"),
+                             ("critic/score/mean", "training reward (critic/score/mean)", "step"),
+                             ("actor/pg_clipfrac", "actor/pg_clipfrac", "step")])
 print(compare_table(experiment, VAL))
 
 # %% [markdown]

@@ -34,7 +34,7 @@ import matplotlib.pyplot as plt
 import torch
 
 from minirl import core, grpo
-from minirl.book.notebook import band, compare_table, fast_mode, run_seeds, show_source
+from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_seeds, show_source
 from minirl.plot import load_metrics
 from minirl.ppo import compute_policy_loss
 from minirl.protocol import DataProto
@@ -201,19 +201,9 @@ results["Dr.GRPO n=8"] = run_seeds(run, "drgrpo-n8", "algorithm.adv_estimator=gr
                                    "algorithm.norm_adv_by_std_in_grpo=false",
                                    f"trainer.total_training_steps={EXPERIMENT_STEPS}")
 
-fig, (ax_acc, ax_tokens, ax_zero) = plt.subplots(1, 3, figsize=(13, 3.4))
-for label, runs in results.items():
-    band(ax_acc, runs, VAL, label, marker="o", markersize=3)
-    band(ax_tokens, runs, VAL, label, x="tokens", marker="o", markersize=3)
-    band(ax_zero, runs, "minirl/zero_spread_group_frac", label)
-ax_acc.set(title="greedy validation accuracy", xlabel="step")
-ax_tokens.set(title="the same, per tokens processed", xlabel="tokens (prompt + response)")
-ax_zero.set(title="groups with no reward spread (fraction)", xlabel="step")
-for ax in (ax_acc, ax_tokens, ax_zero):
-    ax.grid(alpha=0.3)
-ax_acc.legend(fontsize=7)
-plt.tight_layout()
-plt.show()
+plot_comparison(results, [(VAL, "greedy validation accuracy", "step"),
+                          (VAL, "the same, per tokens processed", "tokens"),
+                          ("minirl/zero_spread_group_frac", "groups with no reward spread (fraction)", "step")])
 
 print(compare_table(results, VAL))
 

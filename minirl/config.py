@@ -442,6 +442,12 @@ def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
     return parsed
 
 
+SUPPORTED_LOGGERS = ("console", "tensorboard", "wandb")
+# verl 0.9.1's verl/utils/tracking.py::Tracking.supported_backend
+VERL_LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio", "file",
+                "rl_insight")
+
+
 def _check_loggers(value: str, parsed: ParsedOverrides) -> None:
     loggers = OmegaConf.from_dotlist([f"x={value}"]).x
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
@@ -452,12 +458,6 @@ def _check_loggers(value: str, parsed: ParsedOverrides) -> None:
     skipped = [name for name in loggers if name not in SUPPORTED_LOGGERS]
     if skipped:
         parsed.no_effect[f"trainer.logger={skipped}"] = no_effect_reason("trainer.logger")
-
-
-SUPPORTED_LOGGERS = ("console", "tensorboard", "wandb")
-# verl 0.9.1's verl/utils/tracking.py::Tracking.supported_backend
-VERL_LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "console", "clearml", "trackio", "file",
-                "rl_insight")
 
 
 def load_config(overrides: list[str] | None = None, announce: bool = True) -> Config:

@@ -1,7 +1,8 @@
 """Score a policy on a dataset: generate, verify, average. Used for SFT checks and validation.
 
-The trainer's validation step (verl's `RayPPOTrainer._validate`, metric
-`val-core/<data_source>/reward/mean@1`) is this function with greedy decoding.
+The SFT warm start checks itself with it. The trainer's validation (verl's `RayPPOTrainer._validate`)
+is `minirl/trainer.py::PPOTrainer.validate`, which also shards the work over processes and names the
+metrics as verl does.
 """
 
 from __future__ import annotations

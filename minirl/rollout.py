@@ -92,7 +92,7 @@ def generate_sequences(
         generator: torch RNG (CPU) for the uniforms of all rows (seeded runs).
         seeds: one seed per output row (B' of them) instead of `generator`: row i's uniforms come
             from its own generator, so its sample does not depend on the batch it was part of
-            (the trainer seeds each row from (trainer seed, step, global row)).
+            (the trainer seeds each row from (rollout.seed, data.seed, step, global row)).
     Returns:
         dict of tensors, with R = response_length and B' = B * n:
         prompts (B', P), responses (B', R), input_ids (B', P+R), attention_mask (B', P+R),

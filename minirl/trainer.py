@@ -202,14 +202,15 @@ class PPOTrainer:
 
     def _next_prompts(self, count: int) -> tuple[list[dict], list[int], int]:
         """The next `count` prompts of the seeded, epoch-wise shuffled stream, their stream positions, and the epoch."""
-        rows, positions = [], []
+        rows, positions, orders = [], [], {}
         usable = self.steps_per_epoch * self.loader_batch_size  # verl's drop_last: a partial batch is skipped
         first_epoch = self.data_position // usable
         for position in range(self.data_position, self.data_position + count):
             epoch, offset = divmod(position, usable)
-            order = (np.random.default_rng(_seed_for(self.seed, epoch)).permutation(len(self.train_rows))
-                     if self.config.data.shuffle else np.arange(len(self.train_rows)))
-            rows.append(self.train_rows[order[offset]])
+            if epoch not in orders:
+                orders[epoch] = (np.random.default_rng(_seed_for(self.seed, epoch)).permutation(len(self.train_rows))
+                                 if self.config.data.shuffle else np.arange(len(self.train_rows)))
+            rows.append(self.train_rows[orders[epoch][offset]])
             positions.append(position)
         self.data_position += count
         return rows, positions, first_epoch
@@ -248,8 +249,7 @@ class PPOTrainer:
                 "extra_info": list(chunk["extra_info"])})
             return DataProto(batch={"token_level_scores": scores}, non_tensor_batch=extra)
 
-        fields = ("responses", "response_mask")
-        view = DataProto(batch={k: batch[k] for k in fields},
+        view = DataProto(batch={k: batch[k] for k in ("responses", "response_mask")},
                          non_tensor_batch={k: batch[k] for k in ("data_source", "reward_model", "extra_info")})
         return dp_compute(score, view, self.accelerator)
 
@@ -317,7 +317,12 @@ class PPOTrainer:
     # The step
     # ------------------------------------------------------------------------------------------
 
-    def train_step(self, timing: dict) -> dict[str, float]:
+    def _actor_turn(self) -> bool:
+        """Whether this step updates the actor: verl skips it (and the checkpoint) while critic_warmup > step."""
+        return self.config.trainer.critic_warmup <= self.global_step
+
+    def train_step(self, timing: dict) -> tuple[dict[str, float], DataProto]:
+        """One step in verl's order; returns its metrics (without timing) and the final batch."""
         cfg, algo = self.config, self.config.algorithm
         actor_cfg, n = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout.n
         metrics = {}
@@ -350,7 +355,7 @@ class PPOTrainer:
         if self.use_critic:
             with timer("update_critic", timing):
                 metrics.update(self.critic.update_critic(batch, cfg.critic.ppo_mini_batch_size * n))
-        if cfg.trainer.critic_warmup <= self.global_step:  # verl: the actor waits while critic_warmup > step
+        if self._actor_turn():
             with timer("update_actor", timing):
                 metrics.update(self.actor.update_actor(batch, actor_cfg.ppo_mini_batch_size * n))
         metrics["training/epoch"] = epoch
@@ -361,8 +366,7 @@ class PPOTrainer:
             metrics["minirl/acc/mean"] = float(np.mean([float(a) for a in batch["acc"]]))
         _, zero_spread = filter_groups(batch["token_level_scores"].sum(-1), batch["uid"])
         metrics["minirl/zero_spread_group_frac"] = zero_spread / len(set(batch["uid"]))
-        self._last_batch = batch
-        return metrics
+        return metrics, batch
 
     def _rollout_correction(self, batch: DataProto, metrics: dict) -> DataProto:
         """Off-policy metrics always; IS weights / rejection mask when configured (before advantages)."""
@@ -498,17 +502,16 @@ class PPOTrainer:
             last = self.global_step == self.total_training_steps
             timing = {}
             with timer("step", timing):
-                metrics = self.train_step(timing)
-                actor_updated = cfg.critic_warmup <= self.global_step
-                if cfg.save_freq > 0 and actor_updated and (last or self.global_step % cfg.save_freq == 0):
+                metrics, batch = self.train_step(timing)
+                if cfg.save_freq > 0 and self._actor_turn() and (last or self.global_step % cfg.save_freq == 0):
                     with timer("save_checkpoint", timing):
                         self.save_checkpoint()
             if cfg.test_freq > 0 and (last or self.global_step % cfg.test_freq == 0):
                 with timer("testing", timing):
                     metrics.update(self.validate())
             metrics["training/global_step"] = self.global_step
-            metrics.update(compute_timing_metrics(self._last_batch, timing))
-            metrics.update(compute_throughput_metrics(self._last_batch, timing, self.world))
+            metrics.update(compute_timing_metrics(batch, timing))
+            metrics.update(compute_throughput_metrics(batch, timing, self.world))
             tracking.log(metrics, step=self.global_step)
             history.append({"step": self.global_step, **metrics})
             progress.update(1)

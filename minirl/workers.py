@@ -23,6 +23,7 @@ whose gradients are accumulated before the one optimizer step of the mini-batch.
 from __future__ import annotations
 
 import contextlib
+from collections import defaultdict
 
 import torch
 
@@ -125,10 +126,43 @@ class _TrainedModel:
         with contextlib.nullcontext() if sync else self.accelerator.no_sync(self.model):
             self.accelerator.backward(loss)
 
-    def _end_of_step(self) -> float:
-        """Advance the lr schedule (once per training step) and return the lr of the next step, as verl logs it."""
-        self.lr_scheduler.step()
-        return self.lr_scheduler.get_last_lr()[0]
+    def _update(self, data: DataProto, rows_per_mini_batch: int, config, micro_step, prefix: str) -> dict[str, float]:
+        """config.ppo_epochs passes over the global batch, one optimizer step per mini-batch; returns the metrics.
+
+        Each process takes its chunk of every mini-batch and cuts it into micro-batches;
+        `micro_step(micro, counts)` returns the micro-batch's loss (already normalised by the whole
+        mini-batch's `counts`, see `agg_loss`) and two dicts of metrics: loss values, summed over
+        micro-batches and averaged over processes as verl does (the loss of the whole mini-batch), and
+        token-weighted sums, divided by the mini-batch's tokens. Metrics are averaged over mini-batches;
+        `<prefix>grad_norm` is the norm before clipping and `<prefix>lr` the next step's lr, as verl logs them.
+        """
+        accelerator = self.accelerator
+        metrics = []
+        for _ in range(config.ppo_epochs):
+            for mini_batch in global_mini_batches(data, rows_per_mini_batch, config.shuffle, config.data_loader_seed):
+                counts = mini_batch_counts(mini_batch)
+                mine = dp_chunk(mini_batch, accelerator)
+                micro_batches = make_micro_batches(mine, config.ppo_micro_batch_size_per_gpu, config.use_dynamic_bsz,
+                                                   config.ppo_max_token_len_per_gpu, accelerator)
+                losses, weighted = defaultdict(float), defaultdict(float)
+                for i, rows in enumerate(micro_batches):
+                    loss, micro_losses, micro_weighted = micro_step(mine.select_idxs(rows), counts)
+                    for key, value in micro_losses.items():
+                        losses[key] += value
+                    for key, value in micro_weighted.items():
+                        weighted[key] += value
+                    self._backward(loss, last=i == len(micro_batches) - 1)
+                sums = {**losses, **weighted}
+                totals = dict(zip(sorted(sums), all_reduce_sum([sums[k] for k in sorted(sums)], accelerator)))
+                tokens = max(counts["batch_num_tokens"], 1)
+                step = {key: total / (accelerator.num_processes if key in losses else tokens)
+                        for key, total in totals.items()}
+                step[f"{prefix}grad_norm"] = self._optimizer_step()
+                metrics.append(step)
+        result = mean_of(metrics)
+        self.lr_scheduler.step()  # once per training step, as in verl
+        result[f"{prefix}lr"] = self.lr_scheduler.get_last_lr()[0]
+        return result
 
 
 class Rollout:
@@ -142,8 +176,8 @@ class Rollout:
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Prompts (input_ids, attention_mask) -> one response per row (repeat rows first for n > 1).
 
-        meta_info: response_length, do_sample, temperature, top_p, top_k, and `row_seeds` (one per
-        row of the global batch; each process samples its chunk with its rows' seeds).
+        meta_info: response_length, do_sample, temperature, top_p, top_k. The batch field `row_seed` holds
+        one seed per row of the global batch; each process samples its chunk with its rows' seeds.
         """
         def generate(chunk: DataProto) -> DataProto:
             info = chunk.meta_info
@@ -193,69 +227,39 @@ class Actor(_TrainedModel):
     def update_actor(self, data: DataProto, rows_per_mini_batch: int) -> dict[str, float]:
         """ppo_epochs passes of mini-batch updates over the global batch; returns actor/* metrics.
 
-        Metrics are those of the whole mini-batch, averaged over mini-batches: losses as verl sums
-        them over micro-batches, fractions (pg_clipfrac, ppo_kl, ...) weighted by tokens.
+        Losses are those of the whole mini-batch (pg_loss, entropy_loss, kl_loss); pg_clipfrac, ppo_kl
+        and pg_clipfrac_lower are token-weighted over it. See `_update` for the loop.
         """
-        cfg, accelerator = self.config, self.accelerator
+        cfg = self.config
         self.model.train()
-        metrics = []
-        for _ in range(cfg.ppo_epochs):
-            for mini_batch in global_mini_batches(data, rows_per_mini_batch, cfg.shuffle, cfg.data_loader_seed):
-                counts = mini_batch_counts(mini_batch)
-                info = {"dp_size": accelerator.num_processes, **counts, "loss_scale_factor": cfg.loss_scale_factor}
-                mine = dp_chunk(mini_batch, accelerator)
-                micro_batches = make_micro_batches(mine, cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz,
-                                                   cfg.ppo_max_token_len_per_gpu, accelerator)
-                sums = {"actor/pg_loss": 0.0, "actor/entropy_loss": 0.0, "actor/kl_loss": 0.0,
-                        "actor/pg_clipfrac": 0.0, "actor/ppo_kl": 0.0, "actor/pg_clipfrac_lower": 0.0}
-                for i, rows in enumerate(micro_batches):
-                    micro = mine.select_idxs(rows)
-                    mask = micro["response_mask"].to(accelerator.device)
-                    log_prob, entropy = self._log_probs(micro, calculate_entropy=cfg.entropy_coeff != 0)
-                    device = log_prob.device
-                    pg_loss, loss_metrics = compute_policy_loss(
-                        micro["old_log_probs"].to(device), log_prob, micro["advantages"].to(device), mask,
-                        cfg.loss_agg_mode, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c,
-                        rollout_is_weights=(micro["rollout_is_weights"].to(device)
-                                            if "rollout_is_weights" in micro else None),
-                        global_batch_info=info)
-                    loss = pg_loss
-                    sums["actor/pg_loss"] += pg_loss.item()
-                    if cfg.entropy_coeff != 0:
-                        entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)
-                        loss = loss - cfg.entropy_coeff * entropy_loss
-                        sums["actor/entropy_loss"] += entropy_loss.item()
-                    if cfg.use_kl_loss:
-                        kld = kl_penalty(log_prob, micro["ref_log_prob"].to(device), cfg.kl_loss_type)
-                        kl_loss = agg_loss(kld, mask, cfg.loss_agg_mode, **info)
-                        loss = loss + cfg.kl_loss_coef * kl_loss
-                        sums["actor/kl_loss"] += kl_loss.item()
-                    tokens = mask.sum().item()  # token-weighted sums of the fractions
-                    for key in ("actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"):
-                        sums[key] += loss_metrics[key] * tokens
-                    self._backward(loss, last=i == len(micro_batches) - 1)
-                step_metrics = _reduce_sums(sums, counts["batch_num_tokens"], accelerator)
-                step_metrics["actor/grad_norm"] = self._optimizer_step()
-                if not cfg.entropy_coeff:
-                    step_metrics.pop("actor/entropy_loss")
-                if cfg.use_kl_loss:
-                    step_metrics["actor/kl_coef"] = cfg.kl_loss_coef
-                else:
-                    step_metrics.pop("actor/kl_loss")
-                metrics.append(step_metrics)
-        result = mean_of(metrics)
-        result["actor/lr"] = self._end_of_step()
+
+        def micro_step(micro: DataProto, counts: dict):
+            info = {"dp_size": self.accelerator.num_processes, **counts, "loss_scale_factor": cfg.loss_scale_factor}
+            mask = micro["response_mask"].to(self.accelerator.device)
+            log_prob, entropy = self._log_probs(micro, calculate_entropy=cfg.entropy_coeff != 0)
+            device = log_prob.device
+            pg_loss, fractions = compute_policy_loss(
+                micro["old_log_probs"].to(device), log_prob, micro["advantages"].to(device), mask,
+                cfg.loss_agg_mode, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c,
+                rollout_is_weights=micro["rollout_is_weights"].to(device) if "rollout_is_weights" in micro else None,
+                global_batch_info=info)
+            loss, losses = pg_loss, {"actor/pg_loss": pg_loss.item()}
+            if cfg.entropy_coeff != 0:
+                entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)
+                loss = loss - cfg.entropy_coeff * entropy_loss
+                losses["actor/entropy_loss"] = entropy_loss.item()
+            if cfg.use_kl_loss:
+                kl_loss = agg_loss(kl_penalty(log_prob, micro["ref_log_prob"].to(device), cfg.kl_loss_type), mask,
+                                   cfg.loss_agg_mode, **info)
+                loss = loss + cfg.kl_loss_coef * kl_loss
+                losses["actor/kl_loss"] = kl_loss.item()
+            tokens = mask.sum().item()
+            return loss, losses, {key: value * tokens for key, value in fractions.items()}
+
+        result = self._update(data, rows_per_mini_batch, cfg, micro_step, "actor/")
+        if cfg.use_kl_loss:
+            result["actor/kl_coef"] = cfg.kl_loss_coef
         return result
-
-
-def _reduce_sums(sums: dict[str, float], mini_batch_tokens: float, accelerator) -> dict[str, float]:
-    """Mini-batch metrics from per-process sums: losses (each already scaled by dp_size) summed over processes
-    and divided by dp_size (verl: summed over micro-batches, averaged over ranks); the other entries are
-    token-weighted sums, divided by the mini-batch's tokens."""
-    keys = sorted(sums)
-    totals = dict(zip(keys, all_reduce_sum([sums[k] for k in keys], accelerator)))
-    return {key: (value / accelerator.num_processes if key.endswith("loss") else value / max(mini_batch_tokens, 1))
-            for key, value in totals.items()}
 
 
 class Reference:
@@ -312,32 +316,18 @@ class Critic(_TrainedModel):
         return dp_compute(shard, data, self.accelerator)
 
     def update_critic(self, data: DataProto, rows_per_mini_batch: int) -> dict[str, float]:
-        """ppo_epochs passes of value regression over mini-batches; returns critic/* metrics."""
-        cfg, accelerator = self.config, self.accelerator
+        """ppo_epochs passes of value regression over mini-batches; returns critic/* metrics (see `_update`)."""
+        cfg = self.config
         self.model.train()
-        metrics = []
-        for _ in range(cfg.ppo_epochs):
-            for mini_batch in global_mini_batches(data, rows_per_mini_batch, cfg.shuffle, cfg.data_loader_seed):
-                counts = mini_batch_counts(mini_batch)
-                mine = dp_chunk(mini_batch, accelerator)
-                micro_batches = make_micro_batches(mine, cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz,
-                                                   cfg.ppo_max_token_len_per_gpu, accelerator)
-                sums = {"critic/vf_loss": 0.0, "critic/vf_clipfrac": 0.0, "critic/vpred_mean": 0.0}
-                for i, rows in enumerate(micro_batches):
-                    micro = mine.select_idxs(rows)
-                    mask = micro["response_mask"].to(accelerator.device)
-                    vpreds = self._values(micro)
-                    vf_loss, vf_clipfrac = compute_value_loss(
-                        vpreds, micro["returns"].to(vpreds.device), micro["values"].to(vpreds.device), mask,
-                        cfg.cliprange_value, cfg.loss_agg_mode, dp_size=accelerator.num_processes, **counts)
-                    tokens = mask.sum().item()
-                    sums["critic/vf_loss"] += vf_loss.item()
-                    sums["critic/vf_clipfrac"] += vf_clipfrac.item() * tokens
-                    sums["critic/vpred_mean"] += (vpreds.detach() * mask).sum().item()
-                    self._backward(vf_loss, last=i == len(micro_batches) - 1)
-                step_metrics = _reduce_sums(sums, counts["batch_num_tokens"], accelerator)
-                step_metrics["critic/grad_norm"] = self._optimizer_step()
-                metrics.append(step_metrics)
-        result = mean_of(metrics)
-        result["critic/lr"] = self._end_of_step()
-        return result
+
+        def micro_step(micro: DataProto, counts: dict):
+            mask = micro["response_mask"].to(self.accelerator.device)
+            vpreds = self._values(micro)
+            vf_loss, vf_clipfrac = compute_value_loss(
+                vpreds, micro["returns"].to(vpreds.device), micro["values"].to(vpreds.device), mask,
+                cfg.cliprange_value, cfg.loss_agg_mode, dp_size=self.accelerator.num_processes, **counts)
+            weighted = {"critic/vf_clipfrac": vf_clipfrac.item() * mask.sum().item(),
+                        "critic/vpred_mean": (vpreds.detach() * mask).sum().item()}
+            return vf_loss, {"critic/vf_loss": vf_loss.item()}, weighted
+
+        return self._update(data, rows_per_mini_batch, cfg, micro_step, "critic/")

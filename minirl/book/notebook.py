@@ -93,6 +93,27 @@ def band(ax, runs: list[list[dict]], key: str, label: str, x: str = "step", **pl
     return line
 
 
+def plot_comparison(results: dict[str, list[list[dict]]], panels: list[tuple[str, str, str]]):
+    """One figure, one panel per (metric key, title, x axis), each variant drawn with `band`.
+
+    x is "step", "tokens" or "seconds"; validation metrics (sparse points) get markers.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.4))
+    for ax, (key, title, x) in zip(axes, panels):
+        markers = {"marker": "o", "markersize": 3} if key.startswith("val-") else {}
+        for label, runs in results.items():
+            band(ax, runs, key, label, x=x, **markers)
+        ax.set(title=title, xlabel={"step": "step", "tokens": "tokens (prompt + response)",
+                                    "seconds": "training seconds"}[x])
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    plt.tight_layout()
+    plt.show()
+    return fig
+
+
 def final_spread(runs: list[list[dict]], key: str) -> tuple[float, float, float]:
     """(mean, min, max) over seeds of the last logged value of `key`."""
     finals = [[r[key] for r in records if key in r][-1] for records in runs]
