@@ -33,11 +33,11 @@ from typing import Any
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, ValidationError
 
+from minirl.advantage import ADV_ESTIMATOR_REGISTRY
 from minirl.core import LOSS_AGG_MODES
 from minirl.kl import KL_PENALTY_CHOICES
 from minirl.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_RS_OPTIONS
 
-ADV_ESTIMATORS = ("gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax")
 TINY = "tiny"  # the special path/file value meaning "the cached tiny warm start and its data"
 ACTOR = "actor_rollout_ref.actor"
 
@@ -266,7 +266,8 @@ class FilterGroupsConfig:
 @dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
-    """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax. verl: gae."""
+    """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, or a name
+    registered with minirl.advantage.register_adv_est. verl: gae."""
     gamma: float = 1.0
     """Discount (GAE, REINFORCE++)."""
     lam: float = 1.0
@@ -499,7 +500,10 @@ def validate_config(config: Config) -> None:
         if value not in choices:
             problems.append(f"{name}={value!r} is not one of {', '.join(map(str, choices))}")
 
-    choice("algorithm.adv_estimator", algo.adv_estimator, ADV_ESTIMATORS)
+    if algo.adv_estimator not in ADV_ESTIMATOR_REGISTRY:
+        problems.append(f"algorithm.adv_estimator={algo.adv_estimator!r} is not one of "
+                        f"{', '.join(sorted(ADV_ESTIMATOR_REGISTRY))}; to add your own, decorate it with "
+                        "@register_adv_est(name) from minirl.advantage in the process that calls train()")
     choice(f"{ACTOR}.loss_agg_mode", actor.loss_agg_mode, LOSS_AGG_MODES)
     choice("critic.loss_agg_mode", config.critic.loss_agg_mode, LOSS_AGG_MODES)
     choice(f"{ACTOR}.kl_loss_type", actor.kl_loss_type, KL_PENALTY_CHOICES)

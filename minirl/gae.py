@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from minirl.advantage import register_adv_est
 from minirl.core import check_same_shape, masked_whiten
 
 
+@register_adv_est("gae")
 @torch.no_grad()
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor,

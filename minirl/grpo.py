@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import torch
 
+from minirl.advantage import register_adv_est
 from minirl.core import check_same_shape, group_mean_std
 
 
+@register_adv_est("grpo")
 @torch.no_grad()
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
@@ -18,6 +20,7 @@ def compute_grpo_outcome_advantage(
     index,
     epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: bool = True,
+    config=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Group-relative advantages: each response is scored against the other answers to its prompt.
 
@@ -37,6 +40,7 @@ def compute_grpo_outcome_advantage(
         index: (B,) group labels (uid strings, or ints / an int tensor).
         epsilon: added to the std.
         norm_adv_by_std_in_grpo: divide by the group std (GRPO) or not (Dr.GRPO).
+        config: unused (verl reads nothing from it either; the trainer passes the flag).
     Returns:
         (advantages, returns), both (B, L) and equal, as in verl.
     """

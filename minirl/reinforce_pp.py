@@ -9,28 +9,35 @@ from __future__ import annotations
 
 import torch
 
+from minirl.advantage import register_adv_est
 from minirl.core import check_same_shape, group_mean_std, masked_whiten
 
 
+@register_adv_est("reinforce_plus_plus")
 @torch.no_grad()
 def compute_reinforce_plus_plus_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float = 1.0
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: float | None = None, config=None,
+    **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Discounted reward-to-go, whitened over all response tokens of the batch (Hu 2025).
 
         G_t = r_t + gamma * G_{t+1}              (masked tokens carry G through unchanged)
         A   = masked_whiten(G) * mask            one mean / std for the whole batch: the baseline
 
-    verl reads gamma from `algorithm.gamma` (its function takes the config); here it is an argument.
+    verl reads gamma from `config.gamma` (`algorithm.gamma`), as the registry call does here; a direct
+    call may pass gamma instead (default 1.0).
 
     Args:
         token_level_rewards: (B, L).
         response_mask: (B, L).
-        gamma: discount.
+        gamma: discount; None = config.gamma (1.0 without a config).
+        config: the algorithm config (for gamma); kwargs: unused.
     Returns:
         (advantages, returns): (B, L) each; returns are G * mask.
     """
     check_same_shape(token_level_rewards=token_level_rewards, response_mask=response_mask)
+    if gamma is None:
+        gamma = config.gamma if config is not None else 1.0
     mask = response_mask.to(token_level_rewards.dtype)
     returns = torch.zeros_like(token_level_rewards)
     running_return = torch.zeros_like(token_level_rewards[:, 0])
@@ -42,9 +49,11 @@ def compute_reinforce_plus_plus_outcome_advantage(
     return advantages, returns
 
 
+@register_adv_est("reinforce_plus_plus_baseline")
 @torch.no_grad()
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, epsilon: float = 1e-6
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index, epsilon: float = 1e-6, config=None,
+    **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Subtract the group mean (like GRPO, without the group std), then whiten over the batch.
 
@@ -58,7 +67,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
         token_level_rewards: (B, L).
         response_mask: (B, L).
         index: (B,) group labels.
-        epsilon: unused; kept for verl's signature.
+        epsilon, config, kwargs: unused; verl's signature (the registry passes them).
     Returns:
         (advantages, returns), both (B, L) and equal.
     """

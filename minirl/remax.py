@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import torch
 
+from minirl.advantage import register_adv_est
 from minirl.core import check_same_shape
 
 
+@register_adv_est("remax")
 @torch.no_grad()
 def compute_remax_outcome_advantage(
-    token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor, response_mask: torch.Tensor
+    token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor, response_mask: torch.Tensor, config=None,
+    **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reward-to-go minus the greedy response's reward (Li et al. 2023).
 
@@ -27,6 +30,7 @@ def compute_remax_outcome_advantage(
         token_level_rewards: (B, L).
         reward_baselines: (B,) the greedy response's score for each row's prompt.
         response_mask: (B, L).
+        config, kwargs: unused; verl's signature (the registry passes them).
     Returns:
         (advantages, returns): (B, L) each; returns are G.
     """

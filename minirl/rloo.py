@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import torch
 
+from minirl.advantage import register_adv_est
 from minirl.core import check_same_shape, group_mean_std
 
 
+@register_adv_est("rloo")
 @torch.no_grad()
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
     index,
     epsilon: float = 1e-6,
+    config=None,
+    **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Leave-one-out advantages (Ahmadian et al. 2024, "Back to Basics").
 
@@ -31,7 +35,7 @@ def compute_rloo_outcome_advantage(
         token_level_rewards: (B, L).
         response_mask: (B, L).
         index: (B,) group labels.
-        epsilon: unused; kept for verl's signature.
+        epsilon, config, kwargs: unused; verl's signature (the registry passes them).
     Returns:
         (advantages, returns), both (B, L) and equal.
     """

@@ -36,11 +36,10 @@ from tqdm.auto import tqdm
 
 from minirl import data as data_lib
 from minirl import models
+from minirl.advantage import compute_advantage
 from minirl.config import TINY, Config, load_config, to_yaml
 from minirl.core import agg_loss
 from minirl.dapo import filter_groups
-from minirl.gae import compute_gae_advantage_return
-from minirl.grpo import compute_grpo_outcome_advantage
 from minirl.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
 from minirl.metrics import (
     Tracking,
@@ -53,13 +52,7 @@ from minirl.metrics import (
 )
 from minirl.parallel import apply_thread_policy, check_launch, dp_compute
 from minirl.protocol import DataProto
-from minirl.reinforce_pp import (
-    compute_reinforce_plus_plus_baseline_outcome_advantage,
-    compute_reinforce_plus_plus_outcome_advantage,
-)
-from minirl.remax import compute_remax_outcome_advantage
 from minirl.rewards import NaiveRewardManager
-from minirl.rloo import compute_rloo_outcome_advantage
 from minirl.rollout_correction import (
     compute_offpolicy_metrics,
     compute_rollout_correction_weights,
@@ -72,33 +65,6 @@ from minirl.workers import Actor, Critic, Reference, Rollout
 CHECKPOINT_PREFIX = "global_step_"
 LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name
 TRAIN, VALIDATION = 0, 1  # tags that keep training and validation sampling seeds apart
-
-
-# ----------------------------------------------------------------------------------------------
-# Advantage dispatch (verl/trainer/ppo/ray_trainer.py::compute_advantage)
-# ----------------------------------------------------------------------------------------------
-
-
-def compute_advantage(data: DataProto, adv_estimator: str, gamma: float = 1.0, lam: float = 1.0,
-                      norm_adv_by_std_in_grpo: bool = True) -> DataProto:
-    """Add `advantages` and `returns` to the (whole) batch with the chosen estimator."""
-    rewards, mask = data["token_level_rewards"], data["response_mask"]
-    if adv_estimator == "gae":
-        advantages, returns = compute_gae_advantage_return(rewards, data["values"], mask, gamma, lam)
-    elif adv_estimator == "grpo":
-        advantages, returns = compute_grpo_outcome_advantage(rewards, mask, data["uid"],
-                                                             norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
-    elif adv_estimator == "rloo":
-        advantages, returns = compute_rloo_outcome_advantage(rewards, mask, data["uid"])
-    elif adv_estimator == "reinforce_plus_plus":
-        advantages, returns = compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma)
-    elif adv_estimator == "reinforce_plus_plus_baseline":
-        advantages, returns = compute_reinforce_plus_plus_baseline_outcome_advantage(rewards, mask, data["uid"])
-    elif adv_estimator == "remax":
-        advantages, returns = compute_remax_outcome_advantage(rewards, data["reward_baselines"], mask)
-    else:
-        raise ValueError(f"unknown adv_estimator {adv_estimator!r}")
-    return data.union(DataProto(batch={"advantages": advantages, "returns": returns}))
 
 
 def _seed_for(*parts: int) -> int:
@@ -351,7 +317,8 @@ class PPOTrainer:
                 rewards = batch["token_level_scores"]
             batch.batch["token_level_rewards"] = rewards
             batch = self._rollout_correction(batch, metrics)
-            batch = compute_advantage(batch, algo.adv_estimator, algo.gamma, algo.lam, algo.norm_adv_by_std_in_grpo)
+            batch = compute_advantage(batch, algo.adv_estimator, algo.gamma, algo.lam, algo.norm_adv_by_std_in_grpo,
+                                          config=algo)
         if self.use_critic:
             with timer("update_critic", timing):
                 metrics.update(self.critic.update_critic(batch, cfg.critic.ppo_mini_batch_size * n))

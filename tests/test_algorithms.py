@@ -500,3 +500,96 @@ def test_offpolicy_metrics_are_neutral_when_policies_agree():
 def test_rollout_correction_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------------------------
+# The estimator registry (verl's register_adv_est / get_adv_estimator_fn / compute_advantage)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_builtin_estimators_are_registered_under_verls_names():
+    from minirl.advantage import ADV_ESTIMATOR_REGISTRY, get_adv_estimator_fn
+
+    expected = {"gae": gae.compute_gae_advantage_return, "grpo": grpo.compute_grpo_outcome_advantage,
+                "rloo": rloo.compute_rloo_outcome_advantage, "remax": remax.compute_remax_outcome_advantage,
+                "reinforce_plus_plus": reinforce_pp.compute_reinforce_plus_plus_outcome_advantage,
+                "reinforce_plus_plus_baseline": reinforce_pp.compute_reinforce_plus_plus_baseline_outcome_advantage}
+    assert set(expected) <= set(ADV_ESTIMATOR_REGISTRY)
+    for name, fn in expected.items():
+        assert get_adv_estimator_fn(name) is fn
+    with pytest.raises(ValueError, match="registered: gae, grpo"):
+        get_adv_estimator_fn("opo")
+
+
+def test_register_refuses_a_different_function_under_a_taken_name_but_allows_a_rerun():
+    from minirl.advantage import ADV_ESTIMATOR_REGISTRY, register_adv_est
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_adv_est("rloo")(lambda **kwargs: None)
+    assert ADV_ESTIMATOR_REGISTRY["rloo"] is rloo.compute_rloo_outcome_advantage
+
+    def define():  # the same definition twice, as when a notebook cell is run again
+        def rerun_estimator(token_level_rewards, response_mask, **kwargs):
+            return token_level_rewards, token_level_rewards
+        return rerun_estimator
+
+    try:
+        first, second = define(), define()
+        register_adv_est("test_rerun")(first)
+        register_adv_est("test_rerun")(second)
+        assert ADV_ESTIMATOR_REGISTRY["test_rerun"] is second
+    finally:
+        ADV_ESTIMATOR_REGISTRY.pop("test_rerun", None)
+
+
+def test_compute_advantage_passes_verls_keyword_arguments():
+    from minirl.advantage import ADV_ESTIMATOR_REGISTRY, compute_advantage, register_adv_est
+    from minirl.config import AlgorithmConfig
+    from minirl.protocol import DataProto
+
+    seen = {}
+
+    @register_adv_est("test_kwargs")
+    def spy(token_level_rewards, response_mask, config=None, **kwargs):
+        seen.update(kwargs, config=config)
+        return token_level_rewards * 2, token_level_rewards
+
+    rewards, mask = torch.tensor([[0.0, 1.0], [0.0, 0.5]]), torch.ones(2, 2)
+    data = DataProto(batch={"token_level_rewards": rewards, "response_mask": mask,
+                            "reward_baselines": torch.tensor([1.0, 0.0])}, non_tensor_batch={"uid": ["a", "b"]})
+    config = AlgorithmConfig(gamma=0.5)
+    try:
+        out = compute_advantage(data, "test_kwargs", config=config)
+    finally:
+        ADV_ESTIMATOR_REGISTRY.pop("test_kwargs")
+    assert list(seen["index"]) == ["a", "b"] and seen["config"] is config
+    assert torch.equal(seen["reward_baselines"], torch.tensor([1.0, 0.0]))
+    assert torch.equal(out["advantages"], rewards * 2) and torch.equal(out["returns"], rewards)
+    # REINFORCE++ reads gamma from the config when called through the registry, as verl's does.
+    ours = compute_advantage(data, "reinforce_plus_plus", config=config)["returns"]
+    assert torch.allclose(ours, reinforce_pp.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, 0.5)[1])
+
+
+def test_a_registered_estimator_trains_without_editing_the_trainer(tmp_path):
+    from minirl.advantage import ADV_ESTIMATOR_REGISTRY, register_adv_est
+    from minirl.trainer import train
+
+    calls = []
+
+    @register_adv_est("test_reinforce")
+    def reinforce(token_level_rewards, response_mask, config=None, **kwargs):
+        calls.append(token_level_rewards.shape)
+        scores = token_level_rewards.sum(-1, keepdim=True) * response_mask
+        return scores, scores
+
+    try:
+        history = train([f"trainer.default_local_dir={tmp_path}", "algorithm.adv_estimator=test_reinforce",
+                         "trainer.total_training_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=false",
+                         "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                         "actor_rollout_ref.rollout.n=2", "trainer.logger=[]"], show_progress=False)
+    finally:
+        ADV_ESTIMATOR_REGISTRY.pop("test_reinforce")
+    assert calls == [torch.Size([8, 20])]
+    assert history[-1]["critic/advantages/min"] >= 0  # A = R >= 0: no baseline
+    with pytest.raises(ValueError, match="register_adv_est"):
+        train([f"trainer.default_local_dir={tmp_path}", "algorithm.adv_estimator=test_reinforce"])
