@@ -22,7 +22,7 @@
 # | **Core formula** | $r_t(\theta) = \dfrac{\pi_\theta(a_t \mid s_t)}{\pi_{\text{old}}(a_t \mid s_t)}$, $\quad L^{\text{clip}} = \mathbb{E}_t\big[\min(r_t A_t,\ \operatorname{clip}(r_t, 1-\epsilon, 1+\epsilon) A_t)\big]$. In an LLM, $a_t$ is the $t$-th response token. |
 # | **Beginner's view** | Good answers may become more likely, bad ones less likely, but never by much in one go: `clip_ratio` is the safety rope. |
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (rollout, recompute `old_log_probs`, update; verl's legacy trainer, see section 5); `verl/trainer/ppo/core_algos.py::compute_policy_loss_vanilla` (ratio, `actor/pg_clipfrac`, `actor/ppo_kl`); `core_algos.py::agg_loss`; `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (verl's FSDP PPO example: GAE with a critic, `rollout.n=1`). |
-# | **Where next** | Chapter 2 · GAE (planned) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic; the debug-metrics lab (planned) for `actor/pg_clipfrac` and `actor/ppo_kl`. |
+# | **Where next** | [Chapter 2 · GAE](02_gae.ipynb) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic; the debug-metrics lab (planned) for `actor/pg_clipfrac` and `actor/ppo_kl`. |
 #
 # Run time: about 5 minutes on 2 CPU cores (twelve small training runs: four settings, three seeds each). With `MINIRL_FAST=1` every run
 # shrinks to a few steps.
@@ -210,7 +210,7 @@ print(compare_table(experiment, VAL))
 # | `actor_rollout_ref.actor.ppo_epochs` | 1 | passes over each batch |
 # | `actor_rollout_ref.actor.ppo_mini_batch_size` | verl 256, minirl 16 | prompts per optimizer step |
 # | `actor_rollout_ref.actor.loss_agg_mode` | `token-mean` | see `agg_loss` |
-# | `algorithm.adv_estimator` | verl `gae` | PPO with a critic (Chapter 2) |
+# | `algorithm.adv_estimator` | verl `gae` | PPO with a critic ([Chapter 2](02_gae.ipynb)) |
 #
 # | metric | healthy | worrying |
 # |---|---|---|
@@ -274,7 +274,7 @@ for function in (ppo.compute_policy_loss, core.agg_loss):
 # %% [markdown]
 # ## 7. Where next
 #
-# - Chapter 2 · GAE (planned): where $A_t$ comes from when there is a critic.
+# - [Chapter 2 · GAE](02_gae.ipynb): where $A_t$ comes from when there is a critic.
 # - [Chapter 4 · DeepSeekMath / GRPO](04_grpo.ipynb): the same clipped loss, with group baselines instead of a critic.
 # - References: Schulman et al., *Proximal Policy Optimization Algorithms* (2017); Ye et al., dual-clip
 #   PPO (2019); verl docs `docs/algo/ppo.md`.

@@ -57,7 +57,7 @@ def run(name, *overrides, steps=STEPS, test_freq=10):
 # %% [markdown]
 # ## 1. The problem, shown: what the critic costs
 #
-# PPO with GAE (Chapter 2) learns a value $V(s_t)$ for every response token with a second network,
+# PPO with GAE ([Chapter 2](02_gae.ipynb)) learns a value $V(s_t)$ for every response token with a second network,
 # the critic. In verl that is a second model of the policy's size (`critic.model.path`), with its own
 # optimizer, its own forward pass to compute values, and its own update. We run 20 steps of each on
 # the tiny task and compare where the time goes.
@@ -234,7 +234,7 @@ print(compare_table(results, VAL))
 # | advantage | `core_algos.py::compute_grpo_outcome_advantage` | `minirl/grpo.py::compute_grpo_outcome_advantage` |
 # | group statistics | a Python loop per uid (`grpo_vectorized`: `groupwise.group_mean_std`) | `minirl/core.py::group_mean_std` |
 # | uid + repeat | `ray_trainer.py::RayPPOTrainer.fit`: `uid = uuid4()`, `batch.repeat(n, interleave=True)` | `minirl/trainer.py::PPOTrainer._prompt_batch` (uid = the prompt's position in the data stream, the same on every process), `_generate_and_score` |
-# | dispatch | `ray_trainer.py::compute_advantage` (`adv_estimator=grpo`) | `minirl/trainer.py::compute_advantage` |
+# | dispatch | `ray_trainer.py::compute_advantage` (`adv_estimator=grpo`) | `minirl/advantage.py::compute_advantage` |
 #
 # **Which verl trainer.** minirl mirrors verl's legacy trainer, `RayPPOTrainer.fit()` in
 # `verl/trainer/ppo/ray_trainer.py`. verl 0.9.1 runs it only with `trainer.use_v1=false` and marks it
@@ -343,7 +343,7 @@ for function in (grpo.compute_grpo_outcome_advantage, core.group_mean_std):
 #
 # - Chapter 5 · DAPO / Dr.GRPO (planned): dynamic sampling of zero-spread groups, clip-higher, and
 #   the loss normalisation behind `norm_adv_by_std_in_grpo=False`.
-# - Chapter 7 · RLOO / ReMax / REINFORCE++ (planned): other baselines without a critic; run
-#   `python -m minirl train algorithm.adv_estimator=rloo` to compare now.
+# - [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb): other baselines without a critic, their
+#   gradient variance measured, and how to register your own estimator.
 # - References: Shao et al., *DeepSeekMath* (2024), section 4 (GRPO); Liu et al., *Understanding
 #   R1-Zero-Like Training: A Critical Perspective* (2025, Dr.GRPO); verl docs `docs/algo/grpo.md`.

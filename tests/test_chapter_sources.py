@@ -37,7 +37,9 @@ ANSWERS = {
     "00_tensors": ["core.masked_mean", "core.masked_whiten", "core.logprobs_from_logits", "core.get_response_mask",
                    "core.place_scores_on_last_token"],
     "01_ppo": ["ppo.compute_policy_loss", "core.agg_loss"],
+    "02_gae": ["gae.compute_gae_advantage_return", "core.masked_whiten"],
     "04_grpo": ["grpo.compute_grpo_outcome_advantage", "core.group_mean_std"],
+    "07_baselines": ["rloo.compute_rloo_outcome_advantage", "remax.compute_remax_outcome_advantage"],
 }
 
 

@@ -10,6 +10,7 @@ the training code.
     gae_bias_variance       Chapter 2: A_t^lambda at fixed (state, token) pairs, many continuations each
     policy_gradient_draws   Chapter 7: one policy-gradient vector per draw of a batch, per estimator
     gradient_noise          relative variance and cosine of those vectors
+    score_norms             how hard each response pulls on the weights (the optimal baseline's weights)
 """
 
 from __future__ import annotations
@@ -217,18 +218,46 @@ def policy_gradient_draws(policy, tokenizer, rows: Sequence[dict], n: int, draws
     return {name: torch.stack(vectors) for name, vectors in grads.items()}
 
 
-def gradient_noise(draws: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
-    """How noisy and how well aimed a stack of gradient estimates is.
+def score_norms(policy, batch: dict, response_length: int, temperature: float = 1.0) -> torch.Tensor:
+    """(B,) ||d/dtheta sum_t log pi(a_t | s_t)||^2 for each response of `batch` (from `sample_responses`).
 
-        relative_variance = Mean_d ||g_d - g_bar||^2 / ||g_bar||^2     noise over signal (scale-free)
-        cosine            = Mean_d cos(g_d, reference)                one draw's alignment with the truth
-        cosine_of_mean    = cos(g_bar, reference)                     the direction it converges to (bias)
+    The squared length of each response's score function: how hard one response pulls on the weights.
+    One backward pass per response.
+    """
+    params = [p for p in policy.parameters() if p.requires_grad]
+    norms = []
+    for row in range(batch["responses"].shape[0]):
+        inputs = {k: batch[k][row:row + 1] for k in ("input_ids", "attention_mask", "position_ids")}
+        log_prob, _ = models.compute_log_probs(policy, **inputs, response_length=response_length,
+                                               temperature=temperature)
+        grads = torch.autograd.grad((log_prob * batch["response_mask"][row:row + 1]).sum(), params)
+        norms.append(sum(g.pow(2).sum() for g in grads))
+    return torch.stack(norms).detach()
+
+
+def gradient_noise(draws: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
+    """How noisy and how well aimed a stack of gradient estimates is, measured against a reference.
+
+        scale             = <g_bar, ref> / ||ref||^2                     how much of the reference it delivers
+        relative_variance = sum_d ||g_d - g_bar||^2 / (D - 1) / (scale^2 ||ref||^2)
+                                                                         noise per unit of signal, scale-free
+        cosine            = Mean_d cos(g_d, ref)                         one draw's alignment with the reference
+        cosine_of_mean    = cos(g_bar, ref)                              where it points on average (bias)
+
+    Dividing by the estimator's own signal along the reference (not by ||g_bar||^2, which the noise
+    itself inflates when D is small) makes estimators that rescale the advantages (GRPO, REINFORCE++)
+    comparable with those that do not.
 
     Args:
-        draws: (D, P) gradient vectors; reference: (P,) a many-sample mean gradient from *other* draws.
+        draws: (D, P) gradient vectors, D >= 2; reference: (P,) a many-sample mean gradient from *other* draws.
     """
+    if draws.shape[0] < 2:
+        raise ValueError(f"gradient_noise needs at least 2 draws to measure a variance (got {draws.shape[0]}).")
     mean = draws.mean(0)
-    noise = (draws - mean).pow(2).sum(1).mean() / mean.pow(2).sum()
+    ref_norm2 = reference.pow(2).sum()
+    scale = (mean @ reference) / ref_norm2
+    variance = (draws - mean).pow(2).sum(1).sum() / (draws.shape[0] - 1)
     cosine = torch.nn.functional.cosine_similarity(draws, reference.unsqueeze(0), dim=1).mean()
     of_mean = torch.nn.functional.cosine_similarity(mean, reference, dim=0)
-    return {"relative_variance": noise.item(), "cosine": cosine.item(), "cosine_of_mean": of_mean.item()}
+    return {"scale": scale.item(), "relative_variance": (variance / (scale**2 * ref_norm2)).item(),
+            "cosine": cosine.item(), "cosine_of_mean": of_mean.item()}
