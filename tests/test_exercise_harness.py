@@ -211,6 +211,155 @@ def test_chapter4_graders_explain_the_classic_mistakes(tmp_path, source, expecte
         assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
 
 
+WRONG_CH02_FORWARD = '''
+import torch
+
+def gae_scan(token_level_rewards, values, response_mask, gamma, lam):
+    mask = response_mask.to(values.dtype)
+    next_value = torch.zeros_like(values[:, 0])
+    last_gae = torch.zeros_like(values[:, 0])
+    columns = []
+    for t in range(values.shape[1]):                                        # forwards, not backwards
+        delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+        gae = delta + gamma * lam * last_gae
+        next_value = mask[:, t] * values[:, t] + (1 - mask[:, t]) * next_value
+        last_gae = mask[:, t] * gae + (1 - mask[:, t]) * last_gae
+        columns.append(last_gae)
+    advantages = torch.stack(columns, dim=1)
+    return advantages, advantages + values
+
+def whiten_advantages(advantages_raw, response_mask):
+    m = response_mask.to(advantages_raw.dtype)
+    n = m.sum(-1, keepdim=True)                                             # per row, not the whole batch
+    mean = (advantages_raw * m).sum(-1, keepdim=True) / n
+    var = ((advantages_raw - mean) ** 2 * m).sum(-1, keepdim=True) / (n - 1)
+    return (advantages_raw - mean) / torch.sqrt(var + 1e-8) * m
+'''
+
+WRONG_CH02_NO_CARRY = '''
+import torch
+
+def gae_scan(token_level_rewards, values, response_mask, gamma, lam):
+    mask = response_mask.to(values.dtype)
+    next_value = torch.zeros_like(values[:, 0])
+    last_gae = torch.zeros_like(values[:, 0])
+    columns = []
+    for t in reversed(range(values.shape[1])):
+        delta = token_level_rewards[:, t] + gamma * next_value - values[:, t]
+        gae = delta + gamma * lam * last_gae
+        next_value = values[:, t] * mask[:, t]                              # reset at masked tokens, not carried
+        last_gae = gae * mask[:, t]
+        columns.append(last_gae)
+    advantages = torch.stack(columns[::-1], dim=1)
+    return advantages, advantages + values
+
+def whiten_advantages(advantages_raw, response_mask):
+    m = response_mask.to(advantages_raw.dtype)
+    n = m.sum()
+    mean = (advantages_raw * m).sum() / n
+    var = ((advantages_raw - mean) ** 2 * m).sum() / n                      # biased variance
+    return (advantages_raw - mean) / torch.sqrt(var + 1e-8) * m
+'''
+
+
+@pytest.mark.parametrize("source, expected", [
+    (WRONG_CH02_FORWARD, {"test_gae_scan_toy": "scanned FORWARDS",
+                          "test_whiten_advantages_match_minirl": "whitened each row separately",
+                          "test_whiten_advantages_statistics_are_batch_wide": "whitened each row separately"}),
+    (WRONG_CH02_NO_CARRY, {"test_gae_scan_toy": "passed",
+                           "test_gae_scan_skips_masked_tokens": "carries them over the token unchanged",
+                           "test_whiten_advantages_match_minirl": "biased variance",
+                           "test_whiten_advantages_needs_two_valid_tokens": "Raise a ValueError"}),
+])
+def test_chapter2_graders_explain_the_classic_mistakes(tmp_path, source, expected):
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "ch02_gae.py").write_text(source)
+    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch02_gae.py")
+    for test, message in expected.items():
+        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+
+
+WRONG_CH07_GRPO_LIKE = '''
+import torch
+
+def rloo_advantages(token_level_rewards, response_mask, index):
+    scores = token_level_rewards.sum(-1)
+    out = torch.zeros_like(scores)
+    for label in set(index):
+        rows = torch.tensor([l == label for l in index])
+        out[rows] = scores[rows] - scores[rows].mean()                      # the sample is in its own baseline
+    return out.unsqueeze(-1) * response_mask
+
+def remax_advantages(token_level_rewards, reward_baselines, response_mask):
+    returns = (token_level_rewards * response_mask).cumsum(-1) * response_mask   # forwards, not reward-to-go
+    return returns - reward_baselines.unsqueeze(-1) * response_mask, returns
+
+def register_my_estimator():
+    from minirl.advantage import register_adv_est
+
+    @register_adv_est("reinforce_median")
+    def reinforce_median(token_level_rewards, response_mask, index=None, config=None, **kwargs):
+        scores = token_level_rewards.sum(-1)
+        labels = [0] * len(scores) if index is None else list(index)
+        out = torch.zeros_like(scores)
+        for label in set(labels):
+            rows = torch.tensor([l == label for l in labels])
+            out[rows] = scores[rows] - torch.median(scores[rows])           # lower middle value for even groups
+        out = out.unsqueeze(-1) * response_mask
+        return out, out
+
+    return reinforce_median
+'''
+
+WRONG_CH07_SIGNATURES = '''
+import torch
+
+def rloo_advantages(token_level_rewards, response_mask, index):
+    scores = token_level_rewards.sum(-1)
+    out = torch.zeros_like(scores)
+    for label in set(index):
+        rows = torch.tensor([l == label for l in index])
+        g = scores[rows]
+        out[rows] = 0 * g if len(g) == 1 else g - (g.sum() - g) / (len(g) - 1)   # a group of one gets 0
+    return out.unsqueeze(-1) * response_mask
+
+def remax_advantages(token_level_rewards, reward_baselines, response_mask):
+    returns = (token_level_rewards * response_mask).flip(-1).cumsum(-1).flip(-1)
+    return returns - reward_baselines.unsqueeze(-1), returns                # no shape check, baseline on padding
+
+def register_my_estimator():
+    from minirl.advantage import register_adv_est
+
+    @register_adv_est("reinforce_median")
+    def reinforce_median(token_level_rewards, response_mask, index=None, config=None):   # no **kwargs
+        scores = token_level_rewards.sum(-1)
+        out = (scores - torch.quantile(scores, 0.5)).unsqueeze(-1) * response_mask
+        return out, out
+
+    return reinforce_median
+'''
+
+
+@pytest.mark.parametrize("source, expected", [
+    (WRONG_CH07_GRPO_LIKE, {"test_rloo_matches_verl": "GRPO without the std",
+                            "test_remax_toy": "runs forwards",
+                            "test_estimator_values_through_the_registry": "torch.median returns the LOWER",
+                            "test_estimator_is_registered": "passed"}),
+    (WRONG_CH07_SIGNATURES, {"test_rloo_singleton_keeps_its_score": "got advantage 0",
+                             "test_remax_toy": "padding is not 0",
+                             "test_remax_checks_the_baseline_shape": "was accepted",
+                             "test_estimator_values_through_the_registry": "**kwargs"}),
+])
+def test_chapter7_graders_explain_the_classic_mistakes(tmp_path, source, expected):
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "ch07_baselines.py").write_text(source)
+    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch07_baselines.py")
+    for test, message in expected.items():
+        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+
+
 # ----------------------------------------------------------------------------------------------
 # One exercise, all of its checks: `make grade EX=N` (pytest --exercise N)
 # ----------------------------------------------------------------------------------------------
@@ -228,7 +377,8 @@ def aggregate_loss(loss_mat, loss_mask, loss_agg_mode):
     return (loss_mat * loss_mask).sum() / loss_mask.sum()                  # token-mean for every mode
 '''
 
-WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch04_grpo": WRONG_CH04_BIASED}
+WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
+         "ch04_grpo": WRONG_CH04_BIASED, "ch07_baselines": WRONG_CH07_GRPO_LIKE}
 
 
 def marked_checks() -> dict[str, int]:

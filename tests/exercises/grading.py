@@ -71,6 +71,25 @@ def call(fn, *args, **kwargs):
             signal.signal(signal.SIGALRM, previous)
 
 
+def raised(fn, *args, **kwargs) -> Exception | None:
+    """Call the reader's function where it SHOULD raise; return the exception (None if it returned).
+
+    'Not written yet' and hangs are reported as by `call`.
+    """
+
+    def attempt(*a, **k):
+        try:
+            fn(*a, **k)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            return error
+        return None
+
+    attempt.__name__ = getattr(fn, "__name__", str(fn))
+    return call(attempt, *args, **kwargs)
+
+
 def expect_tensor(out, shape: tuple, what: str) -> torch.Tensor:
     """Fail unless `out` is a tensor of `shape`."""
     if not isinstance(out, torch.Tensor):
