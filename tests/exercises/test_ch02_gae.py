@@ -83,8 +83,8 @@ def diagnose_scan(out, rewards, values, mask, gamma, lam, where, hint=""):
     mistakes = [
         (dict(forward=True), forwards),
         (dict(forward=True, unreversed=True), forwards),
-        (dict(unreversed=True), "the numbers are right but in reversed order along each row: the backward loop collects "
-                                "column L-1 first, so reverse the list before torch.stack."),
+        (dict(unreversed=True), "the numbers are right but in reversed order along each row: the backward loop "
+                                "collects column L-1 first, so reverse the list before torch.stack."),
         (dict(no_gamma_in_recursion=True), "you forgot gamma in the recursion: A_t = delta_t + gamma * lam * A_{t+1}, "
                                            "not delta_t + lam * A_{t+1}."),
         (dict(v_t=True), "your TD error uses V_t where it needs V_{t+1}: compute delta_t with the PREVIOUS "
