@@ -43,7 +43,7 @@ def test_defaults_and_overrides_change_only_what_they_name():
     (["actor_rollout_ref.actor.ppo_mini_batch_size=5"], "must divide data.train_batch_size"),
     (["actor_rollout_ref.actor.clip_ratio_low=1.2"], "clip_ratio_low must be in [0, 1)"),
     (["actor_rollout_ref.actor.clip_ratio_c=0.5"], "clip_ratio_c must be > 1"),
-    (["algorithm.adv_estimator=ppo"], "gae, grpo, rloo"),
+    (["algorithm.adv_estimator=ppo"], "gae, grpo, reinforce_plus_plus"),
     (["actor_rollout_ref.actor.loss_agg_mode=mean"], "token-mean"),
     (["data.train_batch_size=many"], "could not be converted"),
     (["trainer.logger=[console,mlfow]"], "not a logger verl knows"),
