@@ -20,11 +20,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command == "train":
+        from minirl.run_dir import RunDirectoryBusy
         from minirl.trainer import train
 
         try:
             train(rest)
-        except ValueError as error:  # config problems: say what to change, no traceback
+        except (ValueError, RunDirectoryBusy) as error:  # config problems: say what to change, no traceback
             print(f"error: {error}", file=sys.stderr)
             return 2
         return 0

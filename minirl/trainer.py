@@ -21,6 +21,7 @@ controller, metrics) on all of it, as verl's driver does; only the model work is
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -58,6 +59,7 @@ from minirl.rollout_correction import (
     compute_rollout_correction_weights,
     compute_rollout_rejection_mask,
 )
+from minirl.run_dir import RunLock, set_aside
 from minirl.seqlen_balancing import balance_order
 from minirl.sft import default_warm_start, warm_start_dir
 from minirl.workers import Actor, Critic, Reference, Rollout
@@ -384,10 +386,14 @@ class PPOTrainer:
         return {"actor": self.actor, **({"critic": self.critic} if self.use_critic else {})}
 
     def save_checkpoint(self) -> Path:
+        """Write and publish a checkpoint of the current step (fit splits the two around the metrics line)."""
+        return self._publish_checkpoint(self._write_checkpoint())
+
+    def _write_checkpoint(self) -> Path:
+        """Write the step's checkpoint into a hidden temporary directory; not yet visible to a resume."""
         self.accelerator.wait_for_everyone()
-        target = self.run_dir / f"{CHECKPOINT_PREFIX}{self.global_step}"
+        tmp = self.run_dir / f".tmp-{CHECKPOINT_PREFIX}{self.global_step}"
         if self.accelerator.is_main_process:
-            tmp = self.run_dir / f".tmp-{CHECKPOINT_PREFIX}{self.global_step}"
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             for name, trained in self._trained().items():
@@ -400,10 +406,21 @@ class PPOTrainer:
             state = {"global_step": self.global_step, "data_position": self.data_position,
                      "kl_coef": self.kl_ctrl.value}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
+        self.accelerator.wait_for_everyone()
+        return tmp
+
+    def _publish_checkpoint(self, tmp: Path) -> Path:
+        """Rename the written checkpoint into place, then point `latest_checkpointed_iteration.txt` at it.
+
+        Each is one atomic rename, so a resume sees the old checkpoint or the new one, never half of one.
+        """
+        step = int(tmp.name.rsplit("_", 1)[1])
+        target = self.run_dir / f"{CHECKPOINT_PREFIX}{step}"
+        if self.accelerator.is_main_process:
             shutil.rmtree(target, ignore_errors=True)
             os.replace(tmp, target)
             latest_tmp = self.run_dir / f".{LATEST_FILE}.tmp"
-            latest_tmp.write_text(str(self.global_step))
+            latest_tmp.write_text(str(step))
             os.replace(latest_tmp, self.run_dir / LATEST_FILE)
         self.accelerator.wait_for_everyone()
         return target
@@ -442,16 +459,34 @@ class PPOTrainer:
     # ------------------------------------------------------------------------------------------
 
     def fit(self) -> list[dict[str, float]]:
-        """Train for total_training_steps; returns the per-step metrics (also in metrics.jsonl)."""
-        cfg = self.config.trainer
-        if self.accelerator.is_main_process:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
+        """Train for total_training_steps; returns the per-step metrics (also in metrics.jsonl).
+
+        The run holds the run directory's lock throughout (`minirl/run_dir.py`): a second run on the same
+        directory is refused. A fresh run moves an earlier run's files to `previous/` instead of
+        overwriting them.
+        """
+        with RunLock(self.run_dir) if self.accelerator.is_main_process else contextlib.nullcontext():
+            return self._fit()
+
+    def _start(self) -> bool:
+        """Resume if a checkpoint says so; otherwise set an earlier run's files aside. Writes config.yaml."""
         self.accelerator.wait_for_everyone()
         resumed = self.load_checkpoint()
-        if resumed and self.accelerator.is_main_process:
-            print(f"minirl: resumed from {self.run_dir / (CHECKPOINT_PREFIX + str(self.global_step))} "
-                  f"(step {self.global_step} of {self.total_training_steps})", file=sys.stderr)
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            if resumed:
+                print(f"minirl: resumed from {self.run_dir / (CHECKPOINT_PREFIX + str(self.global_step))} "
+                      f"(step {self.global_step} of {self.total_training_steps})", file=sys.stderr)
+            elif (moved := set_aside(self.run_dir)) is not None:
+                print(f"minirl: {self.run_dir} held an earlier run; its files are now in {moved} (nothing deleted)",
+                      file=sys.stderr)
+            (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
+        self.accelerator.wait_for_everyone()
+        return resumed
+
+    def _fit(self) -> list[dict[str, float]]:
+        cfg = self.config.trainer
+        resumed = self._start()
         tracking = Tracking(self.run_dir, cfg.logger, self.accelerator, asdict(self.config), cfg.project_name,
                             start_step=self.global_step)
         history = []
@@ -467,12 +502,12 @@ class PPOTrainer:
         while self.global_step < self.total_training_steps:
             self.global_step += 1
             last = self.global_step == self.total_training_steps
-            timing = {}
+            timing, checkpoint = {}, None
             with timer("step", timing):
                 metrics, batch = self.train_step(timing)
                 if cfg.save_freq > 0 and self._actor_turn() and (last or self.global_step % cfg.save_freq == 0):
                     with timer("save_checkpoint", timing):
-                        self.save_checkpoint()
+                        checkpoint = self._write_checkpoint()
             if cfg.test_freq > 0 and (last or self.global_step % cfg.test_freq == 0):
                 with timer("testing", timing):
                     metrics.update(self.validate())
@@ -480,6 +515,10 @@ class PPOTrainer:
             metrics.update(compute_timing_metrics(batch, timing))
             metrics.update(compute_throughput_metrics(batch, timing, self.world))
             tracking.log(metrics, step=self.global_step)
+            # Published only after its metrics line is written: a kill in between resumes from the previous
+            # checkpoint, which drops this step's line and runs the step again, so no step's metrics are lost.
+            if checkpoint is not None:
+                self._publish_checkpoint(checkpoint)
             history.append({"step": self.global_step, **metrics})
             progress.update(1)
             progress.set_postfix(score=f"{metrics['critic/score/mean']:.3f}")

@@ -1,6 +1,7 @@
 """The trainer: config and overrides, learning (seeded), resume, corrupt checkpoints (processes: test_distributed)."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -153,3 +154,61 @@ def test_corrupt_latest_checkpoint_is_a_clear_error_and_keeps_the_earlier_one(tm
     assert (run_dir / "global_step_1" / "actor" / "config.json").exists()
     assert not list(run_dir.glob(".tmp-*"))
     assert json.loads((run_dir / "global_step_1" / "trainer_state.json").read_text())["global_step"] == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# The run directory: one run at a time, nothing lost (minirl/run_dir.py)
+# ----------------------------------------------------------------------------------------------
+
+SMALL = ["trainer.total_training_steps=2", "trainer.save_freq=1", "trainer.test_freq=-1", "trainer.logger=[]",
+         "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+
+
+def test_a_fresh_run_sets_an_earlier_run_aside_instead_of_overwriting_it(tmp_path, capfd):
+    run_dir = tmp_path / "run"
+    train([f"trainer.default_local_dir={run_dir}", *SMALL, "data.seed=1"], show_progress=False)
+    earlier = (run_dir / "metrics.jsonl").read_text()
+    train([f"trainer.default_local_dir={run_dir}", *SMALL, "trainer.resume_mode=disable",
+           "trainer.total_training_steps=1"], show_progress=False)
+    (moved,) = (run_dir / "previous").iterdir()
+    assert f"its files are now in {moved}" in capfd.readouterr().err
+    assert (moved / "metrics.jsonl").read_text() == earlier
+    assert "seed: 1" in (moved / "config.yaml").read_text()
+    assert sorted(p.name for p in moved.glob("global_step_*")) == ["global_step_1", "global_step_2"]
+    assert [r["step"] for r in load_metrics(run_dir)] == [0, 1]
+    assert (run_dir / LATEST_FILE).read_text() == "1" and not (run_dir / "global_step_2").exists()
+
+
+def test_a_second_run_on_a_busy_directory_is_refused(tmp_path):
+    from minirl.run_dir import RunDirectoryBusy, RunLock
+
+    run_dir = tmp_path / "busy"
+    with RunLock(run_dir):
+        with pytest.raises(RunDirectoryBusy, match=rf"pid {os.getpid()}\) is using .*default_local_dir"):
+            train([f"trainer.default_local_dir={run_dir}", *SMALL], show_progress=False)
+        cli = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={run_dir}", *SMALL,
+                              "trainer.progress_bar=false"], cwd=REPO, capture_output=True, text=True)
+        assert cli.returncode == 2 and "another minirl run" in cli.stderr, cli.stderr[-2000:]
+    assert not (run_dir / "metrics.jsonl").exists()  # the refused runs wrote nothing
+    train([f"trainer.default_local_dir={run_dir}", *SMALL, "trainer.total_training_steps=1"], show_progress=False)
+
+
+def test_a_kill_between_a_metrics_line_and_its_checkpoint_loses_nothing(tmp_path, monkeypatch):
+    run_dir = tmp_path / "run"
+    publish = PPOTrainer._publish_checkpoint
+
+    def killed_at_step_2(self, tmp):
+        if self.global_step == 2:
+            raise KeyboardInterrupt  # as if killed after step 2's metrics line, before its checkpoint is visible
+        return publish(self, tmp)
+
+    monkeypatch.setattr(PPOTrainer, "_publish_checkpoint", killed_at_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        train([f"trainer.default_local_dir={run_dir}", *SMALL], show_progress=False)
+    assert (run_dir / LATEST_FILE).read_text() == "1"
+    assert [r["step"] for r in load_metrics(run_dir)] == [0, 1, 2]
+    monkeypatch.setattr(PPOTrainer, "_publish_checkpoint", publish)
+    resumed = train([f"trainer.default_local_dir={run_dir}", *SMALL], show_progress=False)
+    assert [r["step"] for r in resumed] == [2]
+    assert [r["step"] for r in load_metrics(run_dir)] == [0, 1, 2]  # step 2 once, from the resumed run
+    assert (run_dir / LATEST_FILE).read_text() == "2" and not list(run_dir.glob(".tmp-*"))
