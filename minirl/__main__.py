@@ -21,11 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if command == "train":
         from minirl.run_dir import RunDirectoryBusy
-        from minirl.trainer import train
+        from minirl.trainer import CheckpointError, train
 
         try:
             train(rest)
-        except (ValueError, RunDirectoryBusy) as error:  # config problems: say what to change, no traceback
+        except (ValueError, FileNotFoundError, RunDirectoryBusy, CheckpointError) as error:  # say what to change
             print(f"error: {error}", file=sys.stderr)
             return 2
         return 0

@@ -571,9 +571,10 @@ def validate_config(config: Config) -> None:
     for name, value in (("algorithm.gamma", algo.gamma), ("algorithm.lam", algo.lam)):
         if not 0 <= value <= 1:
             problems.append(f"{name} must be in [0, 1] (got {value})")
-    if rollout.do_sample and rollout.temperature <= 0:
-        problems.append("actor_rollout_ref.rollout.temperature must be > 0 when sampling "
-                        f"(got {rollout.temperature}); set rollout.do_sample=false for greedy decoding")
+    if rollout.temperature <= 0:
+        problems.append(f"actor_rollout_ref.rollout.temperature must be > 0 (got {rollout.temperature}): the actor "
+                        "divides its logits by it to recompute the log-probs, as verl does. Greedy decoding is for "
+                        "validation: rollout.val_kwargs.do_sample=false")
     if not 0 < rollout.top_p <= 1:
         problems.append(f"actor_rollout_ref.rollout.top_p must be in (0, 1] (got {rollout.top_p})")
     if actor.optim.lr <= 0:

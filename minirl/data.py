@@ -26,7 +26,7 @@ import datasets
 import numpy as np
 import torch
 
-from minirl.rewards import default_compute_score
+from minirl.rewards import GSM8K_SOURCES, default_compute_score
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 ARITHMETIC_SOURCE = "minirl/arithmetic"
@@ -203,7 +203,7 @@ def read_parquet(path: str | Path, required_columns: Iterable[str] = REQUIRED_CO
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"dataset file {path} does not exist. Build one with minirl.data "
-                                "(make_arithmetic_dataset, preprocess_gsm8k) or fix data.train_files.")
+                                "(make_arithmetic_dataset, preprocess_gsm8k) or fix the path.")
     try:
         with _quiet_datasets():
             dataset = datasets.Dataset.from_parquet(str(path))
@@ -296,20 +296,56 @@ def encode_prompts(tokenizer, messages: list[list[dict]], max_prompt_length: int
             "position_ids": compute_position_ids(attention_mask)}
 
 
+def check_rl_row(row: dict, where: str) -> None:
+    """Reject a row that verl's RL dataset would mis-read, naming the field and the fix.
+
+    A row's `prompt` is a list of chat messages ({"role", "content"}); `reward_model` is a dict whose
+    `ground_truth` is a string (verl's preprocessing scripts write strings; a number or a word would
+    make the rule-based scorers return 0 forever, silently). GSM8K-style sources must have a number
+    as their ground truth.
+    """
+    prompt = row.get("prompt")
+    if not (isinstance(prompt, list) and prompt and all(isinstance(m, dict) and {"role", "content"} <= set(m)
+                                                        for m in prompt)):
+        raise ValueError(f"{where}: prompt must be a list of chat messages like [{{'role': 'user', 'content': "
+                         f"'...'}}] (verl's schema), got {prompt!r:.80}.")
+    reward_model = row.get("reward_model")
+    if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
+        raise ValueError(f"{where}: reward_model must be a dict with a 'ground_truth' key "
+                         f"(e.g. {{'style': 'rule', 'ground_truth': '72'}}), got {reward_model!r:.80}.")
+    truth = reward_model["ground_truth"]
+    if not isinstance(truth, str):
+        raise ValueError(f"{where}: reward_model.ground_truth is {type(truth).__name__} {truth!r:.40}; verl's schema "
+                         f"stores it as a string (write str({truth!r:.40})), or the scorer compares it with text "
+                         "and returns 0 forever.")
+    if row.get("data_source") in GSM8K_SOURCES and not re.fullmatch(r"-?[\d,]*\.?\d+", truth.strip()):
+        raise ValueError(f"{where}: data_source {row['data_source']!r} is scored by comparing numbers, but its "
+                         f"ground_truth {truth!r:.40} is not a number, so every answer would score 0.")
+
+
 def load_rl_rows(files: str | list[str], tokenizer, max_prompt_length: int, filter_overlong_prompts: bool = False,
-                 max_samples: int = -1, shuffle: bool = False, seed: int | None = 0) -> list[dict]:
+                 max_samples: int = -1, shuffle: bool = False, seed: int | None = 0,
+                 key: str = "data.train_files") -> list[dict]:
     """The rows of one or several verl parquet files, as verl's `RLHFDataset` prepares them.
 
     Files are concatenated in order. With 0 < max_samples < rows, a subset is kept first: a seeded
     random choice when `shuffle` (verl: np.random.default_rng(seed).choice), else the first rows.
     Then, with `filter_overlong_prompts`, prompts longer than max_prompt_length tokens (chat template
-    applied) are dropped.
+    applied) are dropped. `key` names the config key the files came from, for error messages.
 
     Raises:
-        ValueError: no row is left after filtering.
+        FileNotFoundError, ValueError: a missing or unreadable file, a malformed row (`check_rl_row`),
+            or no row left after filtering; each names the file or `key` and the fix.
     """
     files = [files] if isinstance(files, str) else list(files)
-    rows = [row for path in files for row in read_parquet(path).to_list()]
+    rows = []
+    for path in files:
+        try:
+            for index, row in enumerate(read_parquet(path).to_list()):
+                check_rl_row(row, f"{path} row {index}")
+                rows.append(row)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(f"{key}: {error}") from None
     if 0 < max_samples < len(rows):
         if shuffle:
             keep = np.random.default_rng(seed).choice(len(rows), max_samples, replace=False)
@@ -319,6 +355,6 @@ def load_rl_rows(files: str | list[str], tokenizer, max_prompt_length: int, filt
     if filter_overlong_prompts:
         rows = [row for row in rows if len(prompt_token_ids(tokenizer, row["prompt"])) <= max_prompt_length]
         if not rows:
-            raise ValueError(f"every prompt of {files} is longer than data.max_prompt_length={max_prompt_length} "
+            raise ValueError(f"every prompt of {key} {files} is longer than data.max_prompt_length={max_prompt_length} "
                              "tokens: raise data.max_prompt_length.")
     return rows

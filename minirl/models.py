@@ -168,10 +168,15 @@ def _from_pretrained(loader, path: str, **kwargs):
     try:
         with quiet_progress():
             return loader.from_pretrained(path, **kwargs)
-    except OSError as error:
-        raise OSError(
-            f"could not load {path!r} ({error}). A hub id needs network access (or a filled Hugging Face "
-            f"cache); offline, download the model elsewhere and pass its local directory instead.") from error
+    except Exception as error:
+        if Path(path).is_dir():  # a local model directory whose files are broken (truncated weights, ...)
+            raise ValueError(f"the model directory {path!r} could not be loaded ({type(error).__name__}: {error}). "
+                             "Its files may be truncated or incomplete: save or download it again.") from error
+        if isinstance(error, OSError):
+            raise OSError(
+                f"could not load {path!r} ({error}). A hub id needs network access (or a filled Hugging Face "
+                f"cache); offline, download the model elsewhere and pass its local directory instead.") from error
+        raise
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

@@ -103,7 +103,7 @@ def normalize_math_answer(answer: str) -> str:
     for old, new in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("$", ""), (" ", ""), ("\\dfrac", "\\frac"),
                      ("\\tfrac", "\\frac")):
         answer = answer.replace(old, new)
-    answer = re.sub(r"\\text\{(.*?)\}", r"\1", answer)
+    answer = re.sub(r"\\text\{([^{}]*)\}", r"\1", answer)  # [^{}]: linear time on an unclosed \text{
     answer = re.sub(r"\\frac([^{\\])([^{\\])", r"\\frac{\1}{\2}", answer)
     answer = answer.rstrip(".")
     if re.fullmatch(r"-?\d{1,3}(,\d{3})+", answer):

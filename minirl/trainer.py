@@ -69,6 +69,10 @@ LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name
 TRAIN, VALIDATION = 0, 1  # tags that keep training and validation sampling seeds apart
 
 
+class CheckpointError(RuntimeError):
+    """The latest checkpoint cannot be loaded; the message names the earlier ones and how to go on."""
+
+
 def _seed_for(*parts: int) -> int:
     """A reproducible 63-bit seed from integers (seeds, step, row, ...): resuming replays the same randomness."""
     return int.from_bytes(np.random.SeedSequence(list(parts)).generate_state(2, np.uint32).tobytes(), "little") >> 1
@@ -105,7 +109,8 @@ class PPOTrainer:
                                                 data.filter_overlong_prompts, data.train_max_samples, data.shuffle,
                                                 data.seed)
         self.val_rows = data_lib.load_rl_rows(val_files, self.tokenizer, data.max_prompt_length,
-                                              data.filter_overlong_prompts, data.val_max_samples, False)
+                                              data.filter_overlong_prompts, data.val_max_samples, False,
+                                              key="data.val_files")
         self.reward_fn = NaiveRewardManager(self.tokenizer)
         # verl's dataloader yields batches of gen_batch_size (or train_batch_size) prompts and drops the last
         # partial batch of each epoch; total_training_steps defaults to total_epochs passes over it.
@@ -441,7 +446,7 @@ class PPOTrainer:
                 loaded[name] = (weights, torch.load(path / f"{name}_optimizer.pt", weights_only=True))
         except Exception as error:
             earlier = sorted(p.name for p in self.run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p != path)
-            raise RuntimeError(
+            raise CheckpointError(
                 f"the latest checkpoint {path} cannot be loaded ({type(error).__name__}: {error}). Nothing was "
                 f"deleted; earlier checkpoints: {earlier or 'none'}. Point {latest} at an earlier step, remove "
                 f"the broken directory, or set trainer.resume_mode=disable to start over.") from error

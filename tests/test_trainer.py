@@ -49,6 +49,8 @@ def test_defaults_and_overrides_change_only_what_they_name():
     (["data.train_batch_size=many"], "could not be converted"),
     (["trainer.logger=[console,mlfow]"], "not a logger verl knows"),
     (["no_equals_sign"], "key=value"),
+    (["actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false"],
+     "temperature must be > 0 (got 0.0): the actor divides its logits"),
 ])
 def test_bad_config_says_what_to_change(overrides, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
