@@ -346,11 +346,13 @@ def test_malformed_rows_are_named(tmp_path, change, message):
     path = data.write_parquet([{**GOOD_ROW, **change}], tmp_path / "bad.parquet")  # (parquet: one type per column)
     with pytest.raises(ValueError, match=rf"bad.parquet row 0: .*{message}"):
         data.load_rl_rows(str(path), build_tokenizer(), 64)
-    assert len(data.load_rl_rows(str(data.write_parquet([GOOD_ROW], tmp_path / "ok.parquet")), build_tokenizer(), 64)) == 1
+    good = data.write_parquet([GOOD_ROW], tmp_path / "ok.parquet")
+    assert len(data.load_rl_rows(str(good), build_tokenizer(), 64)) == 1
 
 
 @pytest.mark.parametrize("override, message", [
-    ("data.val_files=/nonexistent/test.parquet", "data.val_files: dataset file /nonexistent/test.parquet does not exist"),
+    ("data.val_files=/nonexistent/test.parquet",
+     "data.val_files: dataset file /nonexistent/test.parquet does not exist"),
     ("actor_rollout_ref.model.path=/tmp", "'/tmp' has no config.json"),
 ])
 def test_bad_paths_exit_2_with_the_key_and_no_traceback(tmp_path, override, message):
