@@ -378,3 +378,16 @@ def test_truncated_weights_are_a_clear_error(tmp_path):
     weights.write_bytes(weights.read_bytes()[:1000])
     with pytest.raises(ValueError, match="could not be loaded .*truncated or incomplete: save or download it again"):
         models.load_policy(path)
+
+
+def test_an_unwritable_run_directory_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    cli = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={blocker / 'run'}",
+                          "trainer.total_training_steps=1"], cwd=Path(__file__).parents[1], capture_output=True,
+                         text=True)
+    assert cli.returncode == 2 and "cannot write to the run directory" in cli.stderr, cli.stderr[-2000:]
+    assert "Traceback" not in cli.stderr
