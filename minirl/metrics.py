@@ -237,11 +237,12 @@ class Tracking:
         self.accelerator = accelerator
         self.console = "console" in loggers
         self.path = Path(run_dir) / "metrics.jsonl"
-        if accelerator.is_main_process and self.path.exists():
-            # A fresh run (start_step 0) starts a fresh log; a resumed one drops the records written
-            # after its checkpoint by the run that was interrupted, so no step appears twice.
+        if accelerator.is_main_process and start_step > 0 and self.path.exists():
+            # A resumed run drops the records written after its checkpoint by the run that was
+            # interrupted, so no step appears twice. (A fresh run finds no log: minirl/run_dir.py
+            # moved the earlier run's files aside.)
             kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and start_step > 0 and json.loads(line)["step"] <= start_step]
+                    if line.strip() and json.loads(line)["step"] <= start_step]
             self.path.write_text("".join(line + "\n" for line in kept))
         self.uses_trackers = any(name in loggers for name in ("tensorboard", "wandb"))
         if self.uses_trackers:

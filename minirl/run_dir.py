@@ -23,8 +23,10 @@ try:
 except ImportError:  # pragma: no cover - Windows: no lock, the rest works
     fcntl = None
 
+CHECKPOINT_PREFIX = "global_step_"
+LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name
 LOCK_FILE = ".minirl.lock"
-RUN_FILES = ("config.yaml", "metrics.jsonl", "latest_checkpointed_iteration.txt")
+RUN_FILES = ("config.yaml", "metrics.jsonl", LATEST_FILE)
 
 
 class RunDirectoryBusy(RuntimeError):
@@ -78,8 +80,8 @@ def set_aside(run_dir: str | Path) -> Path | None:
     """
     run_dir = Path(run_dir)
     earlier = [run_dir / name for name in RUN_FILES if (run_dir / name).exists()]
-    earlier += sorted(p for p in run_dir.glob("global_step_*") if p.is_dir())
-    earlier += sorted(p for p in run_dir.glob(".tmp-global_step_*") if p.is_dir())
+    earlier += sorted(p for p in run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir())
+    earlier += sorted(p for p in run_dir.glob(f".tmp-{CHECKPOINT_PREFIX}*") if p.is_dir())
     if not earlier:
         return None
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())

@@ -59,13 +59,11 @@ from minirl.rollout_correction import (
     compute_rollout_correction_weights,
     compute_rollout_rejection_mask,
 )
-from minirl.run_dir import RunLock, set_aside
+from minirl.run_dir import CHECKPOINT_PREFIX, LATEST_FILE, RunLock, set_aside
 from minirl.seqlen_balancing import balance_order
 from minirl.sft import default_warm_start, warm_start_dir
 from minirl.workers import Actor, Critic, Reference, Rollout
 
-CHECKPOINT_PREFIX = "global_step_"
-LATEST_FILE = "latest_checkpointed_iteration.txt"  # verl's name
 TRAIN, VALIDATION = 0, 1  # tags that keep training and validation sampling seeds apart
 
 
@@ -390,12 +388,11 @@ class PPOTrainer:
         """name -> trained model (actor, and critic if any)."""
         return {"actor": self.actor, **({"critic": self.critic} if self.use_critic else {})}
 
-    def save_checkpoint(self) -> Path:
-        """Write and publish a checkpoint of the current step (fit splits the two around the metrics line)."""
-        return self._publish_checkpoint(self._write_checkpoint())
-
     def _write_checkpoint(self) -> Path:
-        """Write the step's checkpoint into a hidden temporary directory; not yet visible to a resume."""
+        """Write the step's checkpoint into a hidden temporary directory; not yet visible to a resume.
+
+        `fit` publishes it (`_publish_checkpoint`) only after the step's metrics line is written.
+        """
         self.accelerator.wait_for_everyone()
         tmp = self.run_dir / f".tmp-{CHECKPOINT_PREFIX}{self.global_step}"
         if self.accelerator.is_main_process:
@@ -419,13 +416,13 @@ class PPOTrainer:
 
         Each is one atomic rename, so a resume sees the old checkpoint or the new one, never half of one.
         """
-        step = int(tmp.name.rsplit("_", 1)[1])
-        target = self.run_dir / f"{CHECKPOINT_PREFIX}{step}"
+        target = self.run_dir / tmp.name.removeprefix(".tmp-")
+        step = target.name.removeprefix(CHECKPOINT_PREFIX)
         if self.accelerator.is_main_process:
             shutil.rmtree(target, ignore_errors=True)
             os.replace(tmp, target)
             latest_tmp = self.run_dir / f".{LATEST_FILE}.tmp"
-            latest_tmp.write_text(str(step))
+            latest_tmp.write_text(step)
             os.replace(latest_tmp, self.run_dir / LATEST_FILE)
         self.accelerator.wait_for_everyone()
         return target

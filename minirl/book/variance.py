@@ -68,8 +68,7 @@ def sample_responses(policy, tokenizer, rows: Sequence[dict], n: int, response_l
     out = generate_sequences(policy, prompts["input_ids"], prompts["attention_mask"], tokenizer.eos_token_id,
                              tokenizer.pad_token_id, response_length, n=n, do_sample=do_sample,
                              temperature=temperature, seeds=_seeds(seed, draw, len(rows) * n) if do_sample else None)
-    batch = _assemble(out["prompts"], out["attention_mask"][:, : out["prompts"].shape[1]], out["responses"],
-                      tokenizer.eos_token_id)
+    batch = {k: out[k] for k in ("input_ids", "attention_mask", "position_ids", "responses", "response_mask")}
     repeated = [row for row in rows for _ in range(n)]
     batch["token_level_scores"] = _score(tokenizer, repeated, batch["responses"], batch["response_mask"], reward_fn)
     batch["index"] = torch.arange(len(rows)).repeat_interleave(n)
