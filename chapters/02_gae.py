@@ -76,20 +76,19 @@ trainer = PPOTrainer(load_config(settings("critic", steps=40, test_freq=10), ann
 history = trainer.fit()
 policy, critic, tokenizer = trainer.actor.unwrapped_model, trainer.critic.unwrapped_model, trainer.tokenizer
 response_length = trainer.config.data.max_response_length
+batch = sample_responses(policy, tokenizer, trainer.val_rows[:40], 8, response_length, seed=7)
+with torch.no_grad():  # V(s_t) before each response token (the critic reads position t-1), for all 320 answers
+    all_values = models.compute_values(critic, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                                       response_length, batch["response_mask"])
 
 
-def value_trace(batch, row):
-    # The response's characters and V(s_t) before each of them (the critic reads position t-1).
-    values = models.compute_values(critic, batch["input_ids"][row:row + 1], batch["attention_mask"][row:row + 1],
-                                   batch["position_ids"][row:row + 1], response_length,
-                                   batch["response_mask"][row:row + 1])[0]
+def value_trace(row):
+    # The response's characters and the values before each of them.
     length = int(batch["response_mask"][row].sum())
     tokens = [tokenizer.decode([i]) for i in batch["responses"][row, :length].tolist()]
-    return tokens, values[:length]
+    return tokens, all_values[row, :length]
 
 
-with torch.no_grad():
-    batch = sample_responses(policy, tokenizer, trainer.val_rows[:40], 8, response_length, seed=7)
 scores = batch["token_level_scores"].sum(-1).view(40, 8)
 # the first questions whose 8 answers hold both a right and a wrong one
 mixed = [q for q in range(40) if 0 < scores[q].sum() < 8][:2]
@@ -98,7 +97,7 @@ for ax, question in zip(axes[0], mixed):
     traces = []
     for outcome, color in ((1.0, "C2"), (0.0, "C3")):
         row = question * 8 + int((scores[question] == outcome).nonzero()[0])
-        tokens, values = value_trace(batch, row)
+        tokens, values = value_trace(row)
         traces.append(tokens)
         ax.plot(values.tolist(), marker="o", color=color, label=f"{''.join(tokens[:-1])}  (reward {outcome:.0f})")
     width = max(len(t) for t in traces)
@@ -120,9 +119,6 @@ plt.show()
 # written, and (b) whether a finished answer is right, at its last token?
 
 # %%
-with torch.no_grad():
-    all_values = models.compute_values(critic, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
-                                       response_length, batch["response_mask"])
 last = batch["response_mask"].sum(-1) - 1  # the EOS token's position
 value_at_eos = all_values[torch.arange(len(last)), last]
 reward = batch["token_level_scores"].sum(-1)
