@@ -391,3 +391,35 @@ def test_an_unwritable_run_directory_exits_2(tmp_path):
                          text=True)
     assert cli.returncode == 2 and "cannot write to the run directory" in cli.stderr, cli.stderr[-2000:]
     assert "Traceback" not in cli.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# Adversarial responses: a reward function sees whatever the policy writes and must never raise
+# ----------------------------------------------------------------------------------------------
+
+# Pieces the scorers parse, so that generated strings hit their regexes and brace matching often.
+_REWARD_PIECES = ["#### ", "####", "\\boxed{", "}", "{", "\\text{", "\\frac", "\\dfrac", "Answer:", "=", "$", ",",
+                  ".", "-", "1", "42", "0.5", "1,000", " ", "\n", "\\left(", "\\right)", "\x00", "é", "数", "🙂"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(st.one_of(st.sampled_from(_REWARD_PIECES), st.text(max_size=8)), max_size=60),
+       truth=st.sampled_from(["42", "1000", "\\frac{1}{2}", "-3", "0.5"]))
+def test_scorers_never_raise_and_stay_in_range_on_adversarial_strings(pieces, truth):
+    response = "".join(pieces)
+    for source in rewards.GSM8K_SOURCES:
+        assert rewards.default_compute_score(source, response, truth) in (0.0, 1.0)
+    assert rewards.format_reward(response) in (0.0, 1.0)
+    result = rewards.compute_math_score(response, truth)
+    assert result["score"] in (-1.0, 1.0) and result["acc"] == (result["score"] == 1.0)
+    for method in ("strict", "flexible"):
+        rewards.extract_solution(response, method)
+
+
+def test_scorers_are_fast_on_long_pathological_strings():
+    # Each once on ~100k characters built to stress a backtracking regex; measured in the note, not asserted
+    # as a time: a quadratic regex here would take minutes and trip the test timeout.
+    for response in ("\\text{" * 16000 + "7", "#### " + "1," * 50000, "-" * 100000, "\\boxed{" * 15000):
+        rewards.compute_math_score(response, "7")
+        rewards.compute_gsm8k_score(response, "7")
+        rewards.compute_gsm8k_score(response, "7", method="flexible")
