@@ -6,6 +6,9 @@
     ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m minirl train ...   # 2 CPU processes
     python -m minirl warm-start                              # build (or show) the cached SFT warm start
     python -m minirl plot runs/minirl                        # learning curves of a run, saved as PNG
+    python -m minirl preference-data                         # build (or show) the preference task (Chapters 3, 6)
+    python -m minirl train-rm [key=value ...]                # train a Bradley-Terry reward model
+    python -m minirl dpo [key=value ...]                     # DPO on fixed comparisons (minirl/dpo.py)
 """
 
 from __future__ import annotations
@@ -51,8 +54,23 @@ def main(argv: list[str] | None = None) -> int:
         out = plot_runs(rest or ["runs/minirl"], save_to=(rest or ["runs/minirl"])[0] + "/curves.png")
         print(f"saved {out}")
         return 0
-    print(f"unknown command {command!r}; use train, config, warm-start or plot (see python -m minirl --help)",
-          file=sys.stderr)
+    if command == "preference-data":
+        from minirl.preference import default_preference_task
+
+        path = default_preference_task()
+        print(path)
+        print((path / "preference.json").read_text())
+        return 0
+    if command == "train-rm":
+        from minirl.reward_model import main as train_rm
+
+        return train_rm(rest)
+    if command == "dpo":
+        from minirl.dpo import main as dpo
+
+        return dpo(rest)
+    print(f"unknown command {command!r}; use train, config, warm-start, plot, preference-data, train-rm or dpo "
+          "(see python -m minirl --help)", file=sys.stderr)
     return 2
 
 

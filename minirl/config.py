@@ -320,11 +320,27 @@ class TrainerConfig:
 
 
 @dataclass
+class RewardModelConfig:
+    enable: bool = False
+    """Score responses with a learned reward model instead of the rule reward (verl 0.9.1 uses only the reward
+    model then, unless reward.custom_reward_function is set). Legacy spelling: reward_model.enable."""
+    model_path: str | None = None
+    """The reward model's directory or hub id: an AutoModelForSequenceClassification with one label, e.g. what
+    `python -m minirl train-rm` saves. Legacy spelling: reward_model.model.path."""
+
+
+@dataclass
+class RewardConfig:
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
 
@@ -339,6 +355,10 @@ ALIASES = {
     "critic.grad_clip": "critic.optim.clip_grad",
     f"{ACTOR}.optim.warmup_style": f"{ACTOR}.optim.lr_scheduler_type",
     "critic.optim.warmup_style": "critic.optim.lr_scheduler_type",
+    # verl 0.9.1 moves the legacy reward_model block into reward.* (experimental/reward_loop/reward_loop.py::
+    # migrate_legacy_reward_impl)
+    "reward_model.enable": "reward.reward_model.enable",
+    "reward_model.model.path": "reward.reward_model.model_path",
 }
 
 # Why a verl key has no effect in minirl, by glob pattern (first match wins).
@@ -582,6 +602,9 @@ def validate_config(config: Config) -> None:
     if data.val_max_samples == 0 and trainer.test_freq > 0:
         problems.append("data.val_max_samples=0 leaves nothing to validate on: set it to -1 (all) or a positive "
                         "number, or turn validation off with trainer.test_freq=-1")
+    if config.reward.reward_model.enable and not config.reward.reward_model.model_path:
+        problems.append("reward.reward_model.enable=true needs reward.reward_model.model_path (a directory saved by "
+                        "`python -m minirl train-rm`)")
     if problems:
         raise ValueError("invalid config:\n  - " + "\n  - ".join(problems))
 
@@ -589,3 +612,26 @@ def validate_config(config: Config) -> None:
 def to_yaml(config: Config) -> str:
     """The full resolved config as YAML (written to the run directory; printed by `python -m minirl config`)."""
     return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def load_dataclass(cls, overrides: list[str] | None):
+    """An instance of the dataclass `cls` from `key=value` overrides (the train-rm and dpo commands).
+
+    Raises:
+        ValueError: an override that is not key=value, an unknown key (naming the nearest), or a bad value.
+    """
+    base = OmegaConf.structured(cls)
+    keys = _all_keys(base)
+    for override in overrides or []:
+        if "=" not in override:
+            raise ValueError(f"override {override!r} is not key=value, e.g. output_dir=runs/rm")
+        key = override.split("=", 1)[0].lstrip("+")
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1, cutoff=0.5)
+            hint = f" Did you mean {close[0]}?" if close else f" Known keys: {', '.join(keys)}."
+            raise ValueError(f"unknown key {key!r}.{hint}")
+    try:
+        merged = OmegaConf.merge(base, OmegaConf.from_dotlist([o.lstrip("+") for o in overrides or []]))
+        return OmegaConf.to_object(merged)
+    except (ValidationError, ConfigKeyError, InterpolationResolutionError) as error:
+        raise ValueError(f"bad value: {error.msg}") from None

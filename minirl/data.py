@@ -91,6 +91,31 @@ def sft_rows(rows: Iterable[dict], wrong_fraction: float = 0.4, seed: int = 0) -
     return demos
 
 
+def worked_response(row: dict, worked: bool, answer: int | None = None) -> str:
+    """A direct answer "12+19=31 #### 31", or a worked one that adds tens and units first:
+    "12+19: 10+10=20, 2+9=11, 20+11=31 #### 31". A wrong `answer` is a slip in the last step."""
+    a, b = row["extra_info"]["a"], row["extra_info"]["b"]
+    c = a + b if answer is None else answer
+    if not worked:
+        return f"{a}+{b}={c} #### {c}"
+    tens, units = (a // 10 + b // 10) * 10, a % 10 + b % 10
+    return f"{a}+{b}: {a // 10 * 10}+{b // 10 * 10}={tens}, {a % 10}+{b % 10}={units}, {tens}+{units}={c} #### {c}"
+
+
+def worked_sft_rows(rows: Iterable[dict], wrong_fraction: float = 0.4, seed: int = 0) -> list[dict]:
+    """Demonstrations of the preference task (Chapters 3 and 6): half direct, half worked, each wrong with
+    probability `wrong_fraction` whatever its style. Whether working helps is left to the model that learns them."""
+    rng = random.Random(seed)
+    demos = []
+    for row in rows:
+        worked = rng.random() < 0.5
+        wrong = rng.random() < wrong_fraction
+        response = worked_response(row, worked, wrong_answer(row, rng) if wrong else None)
+        demos.append({"prompt": row["prompt"], "response": response, "correct": not wrong, "worked": worked,
+                      "data_source": row["data_source"], "reward_model": row["reward_model"]})
+    return demos
+
+
 def preference_pairs(rows: Iterable[dict], seed: int = 0) -> list[dict]:
     """DPO pairs in TRL's conversational layout: {"prompt", "chosen", "rejected"}.
 
@@ -219,17 +244,52 @@ def read_parquet(path: str | Path, required_columns: Iterable[str] = REQUIRED_CO
 
 
 def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test: int = 200, seed: int = 0,
-                            wrong_fraction: float = 0.4, max_operand: int = 30) -> dict[str, Path]:
-    """Write the tiny task's files: train.parquet, test.parquet (RL), sft.parquet (noisy demos), dpo.parquet."""
+                            wrong_fraction: float = 0.4, max_operand: int = 30,
+                            demo_style: str = "plain") -> dict[str, Path]:
+    """Write the tiny task's files: train.parquet, test.parquet (RL), sft.parquet (noisy demos), dpo.parquet.
+
+    demo_style "plain" writes "a+b=c #### c" demonstrations, "worked" the preference task's mix of direct and
+    worked answers (`worked_sft_rows`); either is wrong with probability wrong_fraction.
+    """
     out_dir = Path(out_dir)
     train = arithmetic_rows(num_train, "train", seed, max_operand)
     test = arithmetic_rows(num_test, "test", seed, max_operand)
+    if demo_style not in ("plain", "worked"):
+        raise ValueError(f"demo_style must be 'plain' or 'worked', got {demo_style!r}.")
+    demos = (sft_rows if demo_style == "plain" else worked_sft_rows)(train, wrong_fraction, seed)
     return {
         "train": write_parquet(train, out_dir / "train.parquet"),
         "test": write_parquet(test, out_dir / "test.parquet"),
-        "sft": write_parquet(sft_rows(train, wrong_fraction, seed), out_dir / "sft.parquet"),
+        "sft": write_parquet(demos, out_dir / "sft.parquet"),
         "dpo": write_parquet(preference_pairs(train, seed), out_dir / "dpo.parquet"),
     }
+
+
+PAIR_COLUMNS = ("prompt", "chosen", "rejected")  # TRL's preference layout
+
+
+def read_preference_pairs(path: str | Path, key: str) -> list[dict]:
+    """Comparisons from a parquet file in TRL's layout, checked: prompt a chat list, chosen/rejected non-empty."""
+    rows = read_parquet(path, required_columns=PAIR_COLUMNS).to_list()
+    for i, row in enumerate(rows):
+        if not isinstance(row["prompt"], list):
+            raise ValueError(f"{key}: {path} row {i}: prompt must be a list of chat messages, as in TRL's "
+                             "conversational layout.")
+        for column in ("chosen", "rejected"):
+            if answer_text(row[column]) is None:
+                raise ValueError(f"{key}: {path} row {i}: {column} must be a string or [{{'role': 'assistant', "
+                                 "'content': ...}].")
+    return rows
+
+
+def answer_text(value) -> str | None:
+    """The text of a preference answer: a string, or TRL's [{"role": "assistant", "content": ...}]; else None."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], dict) and "content" in value[0]:
+        return value[0]["content"]
+    return None
+
 
 
 # ----------------------------------------------------------------------------------------------

@@ -133,6 +133,30 @@ def save_tiny_model(path: str | Path, seed: int = 0, **model_kwargs) -> Path:
     return path
 
 
+def save_model_atomically(model, tokenizer, out_dir: str | Path, summary_name: str, summary: dict) -> Path:
+    """`save_pretrained` model and tokenizer plus a JSON summary into a temporary sibling of `out_dir`, then
+    rename it into place: an interrupted save leaves the previous directory (or none), never half of one."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
+    try:
+        with quiet_progress():
+            model.save_pretrained(building)
+            tokenizer.save_pretrained(building)
+        (building / summary_name).write_text(json.dumps(summary, indent=2))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(building, out_dir)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return out_dir
+
+
 def _check_model_path(path: str | Path) -> str:
     """A local directory must exist and hold a config.json; anything else is treated as a hub id."""
     text = str(path)

@@ -138,6 +138,11 @@ GSM8K_SOURCES = ("openai/gsm8k", "minirl/arithmetic")
 MATH_SOURCES = ("math_dapo", "math", "minirl/boxed")
 
 
+def has_rule(data_source: str) -> bool:
+    """Whether `default_compute_score` has a rule for this data_source."""
+    return data_source in GSM8K_SOURCES + MATH_SOURCES
+
+
 def default_compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None):
     """Score one response with the rule its dataset asks for.
 

@@ -68,10 +68,16 @@ class SFTConfig:
     """Seeds the data, the model initialisation and the data order."""
     model: dict = field(default_factory=dict)
     """Overrides for minirl.models.build_tiny_model (hidden_size, num_hidden_layers, ...)."""
+    demo_style: str = "plain"
+    """"plain" demonstrations ("a+b=c #### c"), or "worked": the preference task of Chapters 3 and 6, half of
+    whose demonstrations add tens and units before the answer (minirl.data.worked_sft_rows)."""
 
     def key(self) -> str:
         """A short hash of the config (and WARM_START_VERSION): the cache key of the warm start it builds."""
-        content = json.dumps({"version": WARM_START_VERSION, **asdict(self)}, sort_keys=True)
+        fields = asdict(self)
+        if fields["demo_style"] == "plain":  # keeps the keys of warm starts cached before the field existed
+            del fields["demo_style"]
+        content = json.dumps({"version": WARM_START_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(content.encode()).hexdigest()[:12]
 
 
@@ -159,7 +165,7 @@ def build_warm_start(out_dir: str | Path, config: SFTConfig | None = None, show_
     out_dir = Path(out_dir)
     start = time.perf_counter()
     paths = data_lib.make_arithmetic_dataset(out_dir / "data", config.num_train, config.num_test, config.seed,
-                                             config.wrong_fraction, config.max_operand)
+                                             config.wrong_fraction, config.max_operand, config.demo_style)
     models.save_tiny_model(out_dir, seed=config.seed, **config.model)
     tokenizer, model = models.load_tokenizer(out_dir), models.load_policy(out_dir)
     demos = data_lib.read_parquet(paths["sft"], required_columns=("prompt", "response")).to_list()

@@ -53,6 +53,7 @@ from minirl.metrics import (
 )
 from minirl.parallel import apply_thread_policy, check_launch, dp_compute
 from minirl.protocol import DataProto
+from minirl.reward_model import RewardModelScorer
 from minirl.rewards import NaiveRewardManager
 from minirl.rollout_correction import (
     compute_offpolicy_metrics,
@@ -78,6 +79,8 @@ def _seed_for(*parts: int) -> int:
 
 class PPOTrainer:
     """Builds the workers from a Config and runs `fit()`; one process or several (see README)."""
+
+    ROW_FIELDS = ("data_source", "reward_model", "extra_info", "raw_prompt")  # per-row fields a reward reads
 
     def __init__(self, config: Config, show_progress: bool | None = None):
         self.config = cfg = config
@@ -109,7 +112,9 @@ class PPOTrainer:
         self.val_rows = data_lib.load_rl_rows(val_files, self.tokenizer, data.max_prompt_length,
                                               data.filter_overlong_prompts, data.val_max_samples, False,
                                               key="data.val_files")
-        self.reward_fn = NaiveRewardManager(self.tokenizer)
+        # verl 0.9.1: with a reward model enabled (and no custom reward function) the reward model alone scores
+        self.reward_fn = (RewardModelScorer(cfg.reward.reward_model.model_path, self.tokenizer)
+                          if cfg.reward.reward_model.enable else NaiveRewardManager(self.tokenizer))
         # verl's dataloader yields batches of gen_batch_size (or train_batch_size) prompts and drops the last
         # partial batch of each epoch; total_training_steps defaults to total_epochs passes over it.
         self.loader_batch_size = data.gen_batch_size or data.train_batch_size
@@ -193,7 +198,8 @@ class PPOTrainer:
                                           data.truncation)
         return DataProto(batch=encoded, non_tensor_batch={
             "data_source": [r["data_source"] for r in rows], "reward_model": [r["reward_model"] for r in rows],
-            "extra_info": [r.get("extra_info") for r in rows], "uid": uids})
+            "extra_info": [r.get("extra_info") for r in rows], "raw_prompt": [r["prompt"] for r in rows],
+            "uid": uids})
 
     def _generate(self, prompts: DataProto, n: int, sampling: dict, seed_parts: tuple) -> DataProto:
         """n responses per prompt row; row i of the repeated batch is sampled with seed (rollout.seed, data.seed,
@@ -216,12 +222,11 @@ class PPOTrainer:
         def score(chunk: DataProto) -> DataProto:
             scores, extra = self.reward_fn({
                 "responses": chunk["responses"], "response_mask": chunk["response_mask"],
-                "data_source": list(chunk["data_source"]), "reward_model": list(chunk["reward_model"]),
-                "extra_info": list(chunk["extra_info"])})
+                **{key: list(chunk[key]) for key in self.ROW_FIELDS}})
             return DataProto(batch={"token_level_scores": scores}, non_tensor_batch=extra)
 
         view = DataProto(batch={k: batch[k] for k in ("responses", "response_mask")},
-                         non_tensor_batch={k: batch[k] for k in ("data_source", "reward_model", "extra_info")})
+                         non_tensor_batch={k: batch[k] for k in self.ROW_FIELDS})
         return dp_compute(score, view, self.accelerator)
 
     # ------------------------------------------------------------------------------------------
@@ -336,6 +341,8 @@ class PPOTrainer:
         # minirl's own metrics: accuracy when the reward returns it, and groups that carry no GRPO signal
         if "acc" in batch:
             metrics["minirl/acc/mean"] = float(np.mean([float(a) for a in batch["acc"]]))
+        if "gold_score" in batch:  # training on a reward model: the hidden rule reward it stands in for
+            metrics["minirl/gold_score/mean"] = float(np.mean(batch["gold_score"]))
         _, zero_spread = filter_groups(batch["token_level_scores"].sum(-1), batch["uid"])
         metrics["minirl/zero_spread_group_frac"] = zero_spread / len(set(batch["uid"]))
         return metrics, batch
