@@ -7,6 +7,7 @@
 #   make lab     open the chapters in JupyterLab
 #   make grade   grade YOUR exercises/ and print a progress table (make grade EX=4.1: one exercise, all its checks)
 #   make parity  compare minirl with verl 0.9.1 itself (its own venv, .venv-verl; part of make test)
+#   make parity-trl  compare minirl's DPO and reward-model losses with TRL's trainers (.venv-trl; part of make test)
 #   make bench   benchmarks: core ops vs verl, learning speed per estimator, step time with micro-batches
 #                and 1 vs 2 processes, minirl vs TRL (minutes)
 #
@@ -22,9 +23,12 @@ INSTALLED  := $(VENV)/.installed
 VERL_VENV  ?= .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_INSTALLED := $(VERL_VENV)/.installed
+TRL_VENV   ?= .venv-trl
+TRL_PY     := $(TRL_VENV)/bin/python
+TRL_INSTALLED := $(TRL_VENV)/.installed
 MATHJAX    := build/mathjax/node_modules/mathjax/es5/tex-svg.js
 
-.PHONY: install demo test parity bench book serve lab grade clean
+.PHONY: install demo test parity parity-trl bench book serve lab grade clean
 
 install: $(INSTALLED) $(MATHJAX)
 
@@ -48,19 +52,32 @@ $(VERL_INSTALLED): tests/parity/requirements.txt pyproject.toml
 	{ echo "ERROR: could not install verl 0.9.1 for the parity tests (see pip's message above)."; exit 1; }
 	touch $@
 
+# The same for TRL: the DPO and reward-model parity tests run against the pinned TRL in a venv of its own.
+$(TRL_INSTALLED): tests/parity_trl/requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(TRL_VENV)
+	$(TRL_PY) -m pip install --quiet $(TORCH_SPEC)
+	$(TRL_PY) -m pip install --quiet -r tests/parity_trl/requirements.txt && \
+	$(TRL_PY) -m pip install --quiet --no-deps -e . || \
+	{ echo "ERROR: could not install TRL for the parity tests (see pip's message above)."; exit 1; }
+	touch $@
+
 demo: install
 	$(PY) -m minirl train trainer.default_local_dir=runs/demo trainer.experiment_name=demo \
 		trainer.total_training_steps=60 trainer.test_freq=10 trainer.resume_mode=disable
 	$(PY) -m minirl plot runs/demo
 
-test: install $(VERL_INSTALLED)
+test: install $(VERL_INSTALLED) $(TRL_INSTALLED)
 	$(PY) -m ruff check .
 	$(PY) -m minirl warm-start > /dev/null  # built once, before the parallel workers need it
-	$(PY) -m pytest -n 2 --dist loadfile --target solutions --ignore=tests/parity
+	$(PY) -m pytest -n 2 --dist loadfile --target solutions --ignore=tests/parity --ignore=tests/parity_trl
 	$(VERL_PY) -m pytest tests/parity
+	$(TRL_PY) -m pytest tests/parity_trl
 
 parity: $(VERL_INSTALLED)
 	$(VERL_PY) -m pytest tests/parity
+
+parity-trl: $(TRL_INSTALLED)
+	$(TRL_PY) -m pytest tests/parity_trl
 
 bench: install $(VERL_INSTALLED)
 	$(PY) -m pip install --quiet -e ".[dev,bench]"
@@ -84,4 +101,4 @@ grade: install
 		$(if $(EX),--exercise $(EX)) || true
 
 clean:
-	rm -rf $(VENV) $(VERL_VENV) site build .pytest_cache
+	rm -rf $(VENV) $(VERL_VENV) $(TRL_VENV) site build .pytest_cache
