@@ -272,7 +272,7 @@ print(core.logprobs_from_logits(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([0
 # With verifiable rewards (is the final answer right?), a whole response gets **one** score. verl
 # still stores it per token, as a $(B, L)$ tensor `token_level_scores` that is 0 everywhere except at
 # the **last valid response token**, index `response_mask.sum() - 1`. The advantage estimators of
-# later chapters read it back by summing over tokens; PPO with a KL penalty (Chapter 3) adds a
+# later chapters read it back by summing over tokens; PPO with a KL penalty ([Chapter 3](03_rlhf.ipynb)) adds a
 # per-token term to the same tensor.
 #
 # Our three answers: "2+3=5" is right, "10+7=17" is right, "4+4=88888888" is wrong. Say our scorer

@@ -81,7 +81,8 @@ print(compare_table(problem, VAL))
 
 # %% [markdown]
 # Without the clip, the reused batches push the policy further and further from the one that
-# sampled them: `actor/ppo_kl`, an estimate of KL(old ‖ new) over the batch, climbs to 0.5-0.7, and
+# sampled them: `actor/ppo_kl`, an estimate of KL(old ‖ new) over the batch (how such estimates work:
+# [Chapter 3, section 4](03_rlhf.ipynb#4-the-leash-estimating-kl-from-samples)), climbs to 0.5-0.7, and
 # every seed's accuracy collapses to 0-0.01 within 10 steps. With the clip, the same settings still
 # lose some accuracy (0.37 to 0.29 on average, seeds 0.28 to 0.30: a learning rate of 3e-4 with 4
 # epochs is too much even for PPO), but they do not collapse. The gap is far beyond the seed spread.

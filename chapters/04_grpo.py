@@ -271,7 +271,7 @@ print(compare_table(results, VAL))
 # | `actor_rollout_ref.actor.ppo_mini_batch_size` | `256` | prompts per optimizer step: 1024 / 256 = 4 updates per step |
 # | `actor_rollout_ref.actor.use_dynamic_bsz`, `ppo_max_token_len_per_gpu` | `True`, `24576` | memory only: micro-batches are filled up to 24576 tokens per GPU. The script sets no `ppo_micro_batch_size_per_gpu`. |
 # | `actor_rollout_ref.actor.use_kl_loss` | `True` | GRPO's KL: a loss term toward the reference model, not a reward penalty |
-# | `actor_rollout_ref.actor.kl_loss_coef` / `kl_loss_type` | `0.001` / `low_var_kl` | its weight and estimator (k3, Chapter 3) |
+# | `actor_rollout_ref.actor.kl_loss_coef` / `kl_loss_type` | `0.001` / `low_var_kl` | its weight and estimator (k3; [Chapter 3, section 4](03_rlhf.ipynb#4-the-leash-estimating-kl-from-samples) compares the estimators) |
 # | `actor_rollout_ref.actor.entropy_coeff` | `0` | no entropy bonus |
 # | `actor_rollout_ref.actor.fsdp_config.param_offload` / `optimizer_offload` | `False` / `False` | keep the actor's weights and optimizer state on the GPU |
 # | `actor_rollout_ref.rollout.name` | `vllm` | the inference engine that generates the responses |

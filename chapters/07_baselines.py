@@ -334,7 +334,7 @@ for name, runs in learning.items():
 # | `algorithm.adv_estimator` | `rloo`, `remax`, `reinforce_plus_plus`, `reinforce_plus_plus_baseline`, or a registered name | which estimator; none of these creates a critic |
 # | `actor_rollout_ref.rollout.n` | verl's examples: 5 (RLOO), 4 (ReMax), 8 (REINFORCE++) | samples per prompt; RLOO and REINFORCE++-baseline need at least 2 |
 # | `algorithm.gamma` | 1.0 | REINFORCE++'s discount of the reward-to-go |
-# | `algorithm.use_kl_in_reward`, `algorithm.kl_ctrl.kl_coef` | verl's examples: `True`, 0.001 | the three examples put the KL in the reward, not in the loss (Chapter 3, planned) |
+# | `algorithm.use_kl_in_reward`, `algorithm.kl_ctrl.kl_coef` | verl's examples: `True`, 0.001 | the three examples put the KL in the reward, not in the loss ([Chapter 3](03_rlhf.ipynb)) |
 #
 # The scripts are `examples/rloo_trainer/run_qwen3_8b_fsdp.sh`, `examples/remax_trainer/run_qwen3_8b_fsdp.sh`
 # and `examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh` (tag v0.9.0).

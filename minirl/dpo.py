@@ -234,13 +234,15 @@ def evaluate_dpo(model, encoded: dict[str, torch.Tensor], reference_logps: torch
     return {f"eval_{key}": value for key, value in metrics.items()}
 
 
-def train_dpo(config: DPOConfig, show_progress: bool | None = None) -> dict:
+def train_dpo(config: DPOConfig, show_progress: bool | None = None, on_evaluate=None) -> dict:
     """Train a policy with DPO on fixed comparisons and save it to `config.output_dir`; return a summary.
 
     The reference is the starting model; its log-probs of every pair are computed once before training.
     Runs through accelerate (one process, a GPU or several processes: each process takes its share of every
-    batch and the gradients are averaged). Returns {"history": per-step metrics (TRL names, `loss`, `step`,
-    and eval_* at evaluation steps), ...}; the same goes to `<output_dir>/dpo.json`.
+    batch and the gradients are averaged). `on_evaluate(model, step) -> dict`, if given, runs at the evaluation
+    steps (and step 0) and its values join that step's record (the chapters measure the gold reward this way;
+    TRL's callbacks play this role). Returns {"history": per-step metrics (TRL names, `loss`, `step`, and
+    eval_* at evaluation steps), ...}; the same goes to `<output_dir>/dpo.json`.
     """
     show_progress = config.progress_bar if show_progress is None else show_progress
     check_choice("loss_type", config.loss_type, DPO_LOSS_TYPES)
@@ -271,6 +273,8 @@ def train_dpo(config: DPOConfig, show_progress: bool | None = None) -> dict:
                                                           lr_scheduler_type="constant"), steps)
     scorer, optimizer, loader, scheduler = accelerator.prepare(SequenceLogProbs(model), optimizer, loader, scheduler)
     start, history, step = time.perf_counter(), [], 0
+    if on_evaluate is not None:
+        history.append({"step": 0, **on_evaluate(model, 0)})
     progress = tqdm(total=steps, desc="DPO", disable=not (show_progress and accelerator.is_main_process))
     while step < steps:
         for batch in loader:
@@ -291,8 +295,12 @@ def train_dpo(config: DPOConfig, show_progress: bool | None = None) -> dict:
             gathered = [accelerator.gather(t.detach()) for t in (chosen_rewards, rejected_rewards, policy_chosen,
                                                                   policy_rejected)]
             record = {"step": step, "loss": accelerator.gather(loss.detach()).mean().item(), **dpo_metrics(*gathered)}
-            if val is not None and (step == steps or (config.eval_steps > 0 and step % config.eval_steps == 0)):
-                record.update(evaluate_dpo(accelerator.unwrap_model(scorer).model, val, val_reference, config))
+            if step == steps or (config.eval_steps > 0 and step % config.eval_steps == 0):
+                current = accelerator.unwrap_model(scorer).model
+                if val is not None:
+                    record.update(evaluate_dpo(current, val, val_reference, config))
+                if on_evaluate is not None:
+                    record.update(on_evaluate(current, step))
             history.append(record)
             progress.update(1)
             progress.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['rewards/accuracies']:.2f}")

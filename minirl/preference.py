@@ -197,3 +197,21 @@ def resolve_tiny_paths(config) -> tuple[str, str, str | None]:
         tiny = {0: str(warm_start_of(task)), 1: str(task / "pairs_train.parquet"), 2: str(task / "pairs_test.parquet")}
         paths = [tiny[i] if p == "tiny" else p for i, p in enumerate(paths)]
     return tuple(paths)
+
+
+def ppo_overrides(reward_model_dir: str | Path, kl_coef: float, config: PreferenceConfig | None = None) -> list[str]:
+    """Trainer overrides for stage 3 of Chapter 3 on this task: PPO (GAE) against a reward model, KL in the reward.
+
+    The policy, reference and prompts are the task's SFT warm start and its data; the critic starts from the
+    reward model (as InstructGPT's value model does); 16 prompts x 8 answers per step, actor learning rate 4e-4.
+    Add the run directory, the step count and the seed.
+    """
+    config = config or PreferenceConfig()
+    warm = default_warm_start(config.sft, show_progress=False)
+    return [f"actor_rollout_ref.model.path={warm}", f"data.train_files={warm / 'data' / 'train.parquet'}",
+            f"data.val_files={warm / 'data' / 'test.parquet'}", f"data.max_response_length={config.response_length}",
+            "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+            "critic.ppo_mini_batch_size=16", "actor_rollout_ref.actor.optim.lr=4e-4", "algorithm.adv_estimator=gae",
+            f"critic.model.path={reward_model_dir}", "reward.reward_model.enable=True",
+            f"reward.reward_model.model_path={reward_model_dir}", "algorithm.use_kl_in_reward=True",
+            f"algorithm.kl_ctrl.kl_coef={kl_coef}"]

@@ -166,8 +166,10 @@ class RewardModelConfig:
     """Held-out comparisons for pair accuracy, or null. "tiny" = the preference task's test pairs."""
     output_dir: str = "runs/reward_model"
     """Where the trained reward model is saved (an HF model directory; replaced atomically)."""
-    num_train_epochs: int = 2
-    """Passes over the comparisons (TRL's default is 1; the tiny model needs two)."""
+    num_train_epochs: int = 4
+    """Passes over the comparisons (TRL's default is 1; the tiny model needs more)."""
+    max_steps: int = -1
+    """Stop after this many steps (-1: run num_train_epochs)."""
     per_device_train_batch_size: int = 64
     """Pairs per step and process."""
     learning_rate: float = 1e-3
@@ -270,6 +272,7 @@ def train_reward_model(config: RewardModelConfig, show_progress: bool | None = N
                            shuffle=True, seed=config.seed)
     names = loader.names
     steps = config.num_train_epochs * len(loader)
+    steps = min(steps, config.max_steps) if config.max_steps > 0 else steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     scheduler = build_lr_scheduler(optimizer, OptimConfig(lr=config.learning_rate, lr_warmup_steps=config.warmup_steps,
                                                           lr_scheduler_type="constant"), steps)
@@ -280,6 +283,8 @@ def train_reward_model(config: RewardModelConfig, show_progress: bool | None = N
     scorer.train()
     for _ in range(config.num_train_epochs):
         for tensors in loader:
+            if len(history) == steps:
+                break
             chosen, rejected = score_pairs(scorer, dict(zip(names, tensors)))
             loss, metrics = bradley_terry_loss(chosen, rejected,
                                                center_rewards_coefficient=config.center_rewards_coefficient)

@@ -360,6 +360,141 @@ def test_chapter7_graders_explain_the_classic_mistakes(tmp_path, source, expecte
         assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
 
 
+WRONG_CH03_NAIVE = '''
+import torch
+
+def bradley_terry_loss(chosen_rewards, rejected_rewards, margin=None):
+    d = chosen_rewards - rejected_rewards - (0 if margin is None else margin)
+    loss = -torch.log(torch.sigmoid(d)).mean()                              # underflows for d < -104
+    diff = chosen_rewards - rejected_rewards
+    return loss, (diff >= 0).float().mean().item(), diff.mean().item()     # a tie counted as a win
+
+def apply_kl_penalty(token_level_scores, old_log_probs, ref_log_probs, response_mask, beta, kl_penalty="kl"):
+    from minirl.kl import kl_penalty as kl_estimate
+    kld = kl_estimate(old_log_probs, ref_log_probs, kl_penalty) * response_mask
+    current_kl = (kld.sum() / response_mask.sum()).item()                   # token mean over the whole batch
+    return token_level_scores - beta * kld, current_kl
+
+def kl_estimators(logprob, ref_logprob):
+    x = logprob - ref_logprob
+    return {"k1": x, "k2": 0.5 * x**2, "k3": torch.exp(x) - x - 1}         # ratio the wrong way round, no clamps
+'''
+
+WRONG_CH03_UNMASKED = '''
+import torch
+import torch.nn.functional as F
+
+def bradley_terry_loss(chosen_rewards, rejected_rewards, margin=None):
+    d = chosen_rewards - rejected_rewards
+    loss = -F.logsigmoid(d if margin is None else d + margin).mean()        # margin added, not subtracted
+    return loss, (d > 0).float().mean().item(), d.mean().item()
+
+def apply_kl_penalty(token_level_scores, old_log_probs, ref_log_probs, response_mask, beta, kl_penalty="kl"):
+    from minirl.kl import kl_penalty as kl_estimate
+    kld = kl_estimate(old_log_probs, ref_log_probs, kl_penalty)             # not masked: padding pays junk
+    per_sequence = (kld * response_mask).sum(-1) / response_mask.sum(-1)
+    return token_level_scores - beta * kld, per_sequence.mean().item()
+
+def kl_estimators(logprob, ref_logprob):
+    x = logprob - ref_logprob
+    r = torch.clamp(ref_logprob - logprob, -20, 20)
+    return {"k1": x, "k2": x**2, "k3": torch.exp(r) - r - 1}                # k2 not halved, k3 not clamped
+'''
+
+
+@pytest.mark.parametrize("source, expected", [
+    (WRONG_CH03_NAIVE, {"test_bradley_terry_toy": "passed",
+                        "test_bradley_terry_is_stable_for_large_differences": "underflows to log(0)",
+                        "test_bradley_terry_tie_is_not_accurate": "a tie is not a correct ranking",
+                        "test_kl_penalty_leaves_padding_alone": "passed",
+                        "test_kl_penalty_current_kl_is_a_mean_over_sequences": "mean over all valid tokens",
+                        "test_kl_estimators_toy": "the wrong way round",
+                        "test_kl_estimators_k3_is_clamped": "overflows",
+                        "test_kl_estimators_k1_k3_unbiased_k2_not": "UNBIASED"}),
+    (WRONG_CH03_UNMASKED, {"test_bradley_terry_toy": "passed",
+                           "test_bradley_terry_margin": "you ADDED the margin",
+                           "test_kl_penalty_toy": "multiply the KL estimate by response_mask",
+                           "test_kl_penalty_leaves_padding_alone": "exactly its score",
+                           "test_kl_penalty_current_kl_is_a_mean_over_sequences": "passed",
+                           "test_kl_estimators_toy": "HALF the squared log-ratio",
+                           "test_kl_estimators_k3_is_clamped": "but not the result"}),
+])
+def test_chapter3_graders_explain_the_classic_mistakes(tmp_path, source, expected):
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "ch03_rlhf.py").write_text(source)
+    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch03_rlhf.py")
+    for test, message in expected.items():
+        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+
+
+WRONG_CH06_NAIVE = '''
+import torch
+
+def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
+             beta=0.1, label_smoothing=0.0):
+    chosen = policy_chosen_logps - reference_chosen_logps
+    rejected = policy_rejected_logps - reference_rejected_logps
+    losses = -torch.log(torch.sigmoid(beta * (chosen - rejected)))         # underflows; label_smoothing ignored
+    return losses, beta * chosen, beta * rejected                           # rewards not detached
+
+def implicit_reward_metrics(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
+                            reference_rejected_logps, beta):
+    chosen = beta * (policy_chosen_logps - reference_chosen_logps)
+    rejected = beta * (policy_rejected_logps - reference_rejected_logps)
+    return {"rewards/chosen": chosen.mean().item(), "rewards/rejected": rejected.mean().item(),
+            "rewards/accuracies": (chosen >= rejected).float().mean().item(),             # a tie counted as a win
+            "rewards/margins": (chosen - rejected).mean().item(),
+            "logps/chosen": (policy_chosen_logps - reference_chosen_logps).mean().item(),   # the log-ratio
+            "logps/rejected": (policy_rejected_logps - reference_rejected_logps).mean().item()}
+'''
+
+WRONG_CH06_ROBUST = '''
+import torch
+import torch.nn.functional as F
+
+def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
+             beta=0.1, label_smoothing=0.0):
+    if not 0 <= label_smoothing < 0.5:
+        raise ValueError(label_smoothing)
+    chosen = policy_chosen_logps - reference_chosen_logps
+    rejected = policy_rejected_logps - reference_rejected_logps
+    z, s = beta * (chosen - rejected), label_smoothing
+    losses = (-(1 - s) * F.logsigmoid(z) + s * F.logsigmoid(-z)) / (1 - 2 * s)   # robust DPO, not cDPO
+    return losses, beta * chosen.detach(), beta * rejected.detach()
+
+def implicit_reward_metrics(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
+                            reference_rejected_logps, beta):
+    chosen = beta * (policy_chosen_logps - reference_chosen_logps).detach()
+    rejected = beta * (policy_rejected_logps - reference_rejected_logps).detach()
+    return {"rewards/chosen": chosen.mean(), "rewards/rejected": rejected.mean(),     # tensors, not floats
+            "rewards/accuracies": (chosen > rejected).float().mean(), "rewards/margins": (chosen - rejected).mean(),
+            "logps/chosen": policy_chosen_logps.mean(), "logps/rejected": policy_rejected_logps.mean()}
+'''
+
+
+@pytest.mark.parametrize("source, expected", [
+    (WRONG_CH06_NAIVE, {"test_dpo_loss_toy": "passed",
+                        "test_dpo_loss_matches_trl": "is ignored",
+                        "test_dpo_rewards_are_detached": "carry a gradient",
+                        "test_dpo_loss_is_stable_for_large_log_probs": "log(0)",
+                        "test_dpo_loss_rejects_bad_label_smoothing": "was accepted",
+                        "test_metrics_accuracy_is_strict": "a tie is not a win",
+                        "test_metrics_show_likelihood_displacement": "the POLICY's log-probs"}),
+    (WRONG_CH06_ROBUST, {"test_dpo_loss_is_log2_when_policy_is_reference": "passed",
+                         "test_dpo_loss_matches_trl": "robust DPO",
+                         "test_dpo_loss_rejects_bad_label_smoothing": "passed",
+                         "test_metrics_toy": "should be a Python float"}),
+])
+def test_chapter6_graders_explain_the_classic_mistakes(tmp_path, source, expected):
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "ch06_dpo.py").write_text(source)
+    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch06_dpo.py")
+    for test, message in expected.items():
+        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+
+
 # ----------------------------------------------------------------------------------------------
 # One exercise, all of its checks: `make grade EX=N` (pytest --exercise N)
 # ----------------------------------------------------------------------------------------------
@@ -378,7 +513,8 @@ def aggregate_loss(loss_mat, loss_mask, loss_agg_mode):
 '''
 
 WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
-         "ch04_grpo": WRONG_CH04_BIASED, "ch07_baselines": WRONG_CH07_GRPO_LIKE}
+         "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch06_dpo": WRONG_CH06_NAIVE,
+         "ch07_baselines": WRONG_CH07_GRPO_LIKE}
 
 
 def marked_checks() -> dict[str, int]:
@@ -397,7 +533,7 @@ def marked_checks() -> dict[str, int]:
 def test_make_grade_passes_one_exercise_to_pytest():
     makefile = (REPO / "Makefile").read_text()
     assert "$(if $(EX),--exercise $(EX))" in makefile
-    for chapter in ("00_tensors", "01_ppo", "02_gae", "04_grpo", "07_baselines"):  # the chapters print the same command
+    for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "06_dpo", "07_baselines"):  # same command
         assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
 
 
