@@ -245,13 +245,13 @@ for distance, exact, mode, mean, std in rows:
 #
 # Stage 3 runs minirl's trainer (verl's fit loop) with the reward model as the only reward,
 # `reward.reward_model.enable=True`, and the KL in the reward. PPO with GAE, its critic initialised
-# from the reward model (as InstructGPT does), 16 prompts × 8 answers per step, 24 steps, learning rate
+# from the reward model (as InstructGPT does), 16 prompts × 8 answers per step, 20 steps, learning rate
 # 4e-4 (`minirl/preference.py::ppo_overrides` lists the keys), for $\beta \in \{0, 0.01, 0.05\}$,
 # 3 seeds each. The trainer also scores every answer with the gold rule, which it never trains on,
 # and logs it as `minirl/gold_score/mean`.
 
 # %%
-STEPS = 3 if fast_mode() else 24
+STEPS = 3 if fast_mode() else 20
 BETAS = (0.0, 0.01, 0.05)
 
 
@@ -259,6 +259,7 @@ def run(name, *overrides):
     # One seeded PPO run of minirl's trainer against the reward model; returns its metrics.jsonl records.
     train([f"trainer.default_local_dir={RUNS / name}", f"trainer.total_training_steps={STEPS}",
            f"trainer.save_freq={STEPS if fast_mode() else STEPS // 2}", "trainer.test_freq=-1",
+           "trainer.val_before_train=False",
            "trainer.resume_mode=disable", "trainer.logger=[]", *overrides], show_progress=False)
     return load_metrics(RUNS / name)
 
@@ -272,7 +273,7 @@ print(compare_table(leash, "minirl/gold_score/mean"))
 
 # %% [markdown]
 # The curves are the answers the policy wrote while training (the same prompts the trainer sees).
-# For a cleaner picture, each run's checkpoints (steps 12 and 24) answer the 200 held-out prompts;
+# For a cleaner picture, each run's checkpoints (steps 10 and 20) answer the 200 held-out prompts;
 # proxy, gold and the KL to the SFT model per answer (summed over its tokens) are measured on those
 # answers, and plotted against $\sqrt{\mathrm{KL}}$, the axis of Gao et al. (2022), "Scaling Laws for
 # Reward Model Overoptimization".
@@ -312,22 +313,22 @@ for beta, measured in points.items():
 # What happened, 3 seeds each (the printouts above are this run's numbers):
 #
 # - **The proxy rises in every run, by about the same amount** (`critic/score/mean` from about -0.84 to
-#   -0.72): all policies move to worked answers, which the reward model likes, and which are in fact
+#   -0.71): all policies move to worked answers, which the reward model likes, and which are in fact
 #   more often right. The leash does not stop that move; it is cheap in KL.
 # - **Without the leash the gold falls.** On the answers written during training, the share of right
-#   answers ends at 0.25 for $\beta = 0$ (seeds 0.16 to 0.32) against 0.53 and 0.54 with a leash, a gap
-#   well beyond the seed spread; $\beta = 0.01$ and $0.05$ do not differ beyond it. On the held-out
-#   prompts the unleashed policies are 5 to 15 nats (per answer) away from the SFT model and right 9% to
-#   33% of the time, against the SFT model's 50%; with $\beta = 0.05$ they are 0.5 to 0.8 nats away and
-#   right 57% to 62% of the time, better than the SFT model.
-# - **The figure of Gao et al., on a laptop.** Against $\sqrt{\mathrm{KL}}$, the proxy keeps creeping up
-#   (the unleashed policies have the highest proxy, -0.69 to -0.71) while the gold rises over the first
-#   nat and then falls far below where it started. The reward model's scores differ little between
-#   these policies: the unleashed run buys almost no proxy with its extra distance. It wanders where the
-#   reward model does not look.
-# - **What the unleashed policy writes.** The samples below: always the worked form, because the reward
-#   model rewards the form; the arithmetic inside is often garbled (wrong operands copied, wrong partial
-#   sums), because the reward model barely checks it.
+#   answers ends at 0.32 for $\beta = 0$ (seeds 0.27 to 0.38) against 0.47 ($\beta = 0.01$) and 0.52
+#   ($\beta = 0.05$), a gap beyond the seed spread; the two leashes do not differ beyond theirs. On the
+#   held-out prompts the unleashed policies are 3.6 to 13 nats (per answer) away from the SFT model and
+#   right 11% to 43% of the time, against the SFT model's 50%; with $\beta = 0.05$ they are 0.5 to 0.8
+#   nats away and right 57% of the time (all three seeds), better than the SFT model.
+# - **The figure of Gao et al., on a laptop.** Against $\sqrt{\mathrm{KL}}$, the proxy jumps from the SFT
+#   model's -0.83 to about -0.72 within the first nat and then stays there, while the gold rises over that
+#   first nat and then falls far below where it started. The unleashed policies' extra distance bought no
+#   proxy at all (-0.71 to -0.73, the same as the leashed ones): they wander where the reward model
+#   does not look, and the gold pays for it.
+# - **What the unleashed policy writes.** The samples below: mostly the worked form, because the reward
+#   model rewards the form; the arithmetic inside is sometimes garbled (`3+4: 0+0=0, 3+4=8`), because
+#   the reward model barely checks it.
 
 # %%
 from minirl.rollout import generate_sequences

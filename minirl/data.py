@@ -116,6 +116,73 @@ def worked_sft_rows(rows: Iterable[dict], wrong_fraction: float = 0.4, seed: int
     return demos
 
 
+# ----------------------------------------------------------------------------------------------
+# The chain task (Chapters 5 and 8): "7+5+8+6=?" where writing the running sums pays
+# ----------------------------------------------------------------------------------------------
+
+CHAIN_SOURCE = "minirl/chain_sum"
+
+
+def chain_rows(num: int, split: str, seed: int = 0, min_terms: int = 3, max_terms: int = 4,
+               max_operand: int = 9) -> list[dict]:
+    """`num` questions that add `min_terms` to `max_terms` numbers in [1, max_operand], as verl rows.
+
+    The final answer is GSM8K's "#### N", so verl's GSM8K rule scores it; the terms are in extra_info.
+    """
+    if not 2 <= min_terms <= max_terms:
+        raise ValueError(f"need 2 <= min_terms <= max_terms, got {min_terms}, {max_terms}.")
+    rng = random.Random(f"chain-{seed}-{split}")
+    rows = []
+    for index in range(num):
+        terms = [rng.randint(1, max_operand) for _ in range(rng.randint(min_terms, max_terms))]
+        rows.append({
+            "data_source": CHAIN_SOURCE,
+            "prompt": [{"role": "user", "content": "+".join(map(str, terms)) + "=?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(sum(terms))},
+            "extra_info": {"split": split, "index": index, "terms": terms},
+        })
+    return rows
+
+
+def chain_response(row: dict, worked: bool, slip: tuple[int, int] | None = None) -> str:
+    """A direct answer "#### 26", or a worked one: "<think>7+5=12, 12+8=20, 20+6=26</think> #### 26".
+
+    slip=(step, offset) makes a mistake: the running sum after `step` (0-based) is off by `offset`, and the
+    chain goes on from the wrong value, as a person's would. A direct answer's slip is its whole offset.
+    """
+    terms = row["extra_info"]["terms"]
+    if not worked:
+        return f"#### {sum(terms) + (slip[1] if slip else 0)}"
+    total, steps = terms[0], []
+    for step, term in enumerate(terms[1:]):
+        new = total + term + (slip[1] if slip and slip[0] == step else 0)
+        steps.append(f"{total}+{term}={new}")
+        total = new
+    return f"<think>{', '.join(steps)}</think> #### {total}"
+
+
+def chain_sft_rows(rows: Iterable[dict], worked_fraction: float = 0.5, wrong_fraction: float = 0.4,
+                   seed: int = 0) -> list[dict]:
+    """Noisy demonstrations of the chain task: worked with probability `worked_fraction`, else direct; either
+    has a slip with probability `wrong_fraction`. Whether working helps is left to the model that learns them."""
+    for name, value in (("worked_fraction", worked_fraction), ("wrong_fraction", wrong_fraction)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {value}.")
+    rng = random.Random(seed)
+    demos = []
+    for row in rows:
+        worked = rng.random() < worked_fraction
+        steps = len(row["extra_info"]["terms"]) - 1
+        slip = (rng.randrange(steps), rng.choice([-3, -2, -1, 1, 2, 3])) if rng.random() < wrong_fraction else None
+        if slip and sum(row["extra_info"]["terms"]) + slip[1] < 0:
+            slip = (slip[0], abs(slip[1]))
+        response = chain_response(row, worked, slip)
+        demos.append({"prompt": row["prompt"], "response": response, "correct": slip is None, "worked": worked,
+                      "data_source": row["data_source"], "reward_model": row["reward_model"]})
+    return demos
+
+
 def preference_pairs(rows: Iterable[dict], seed: int = 0) -> list[dict]:
     """DPO pairs in TRL's conversational layout: {"prompt", "chosen", "rejected"}.
 
@@ -243,26 +310,36 @@ def read_parquet(path: str | Path, required_columns: Iterable[str] = REQUIRED_CO
     return dataset
 
 
+DEMO_STYLES = ("plain", "worked", "chain")
+
+
 def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test: int = 200, seed: int = 0,
-                            wrong_fraction: float = 0.4, max_operand: int = 30,
-                            demo_style: str = "plain") -> dict[str, Path]:
-    """Write the tiny task's files: train.parquet, test.parquet (RL), sft.parquet (noisy demos), dpo.parquet.
+                            wrong_fraction: float = 0.4, max_operand: int = 30, demo_style: str = "plain",
+                            worked_fraction: float = 0.5) -> dict[str, Path]:
+    """Write a tiny task's files: train.parquet, test.parquet (RL), sft.parquet (noisy demos), dpo.parquet.
 
     demo_style "plain" writes "a+b=c #### c" demonstrations, "worked" the preference task's mix of direct and
-    worked answers (`worked_sft_rows`); either is wrong with probability wrong_fraction.
+    worked answers (`worked_sft_rows`), "chain" the chain task (`chain_rows`, `chain_sft_rows` with
+    worked_fraction; max_operand is then the largest term, and there is no dpo.parquet). Demonstrations are
+    wrong with probability wrong_fraction.
     """
     out_dir = Path(out_dir)
-    train = arithmetic_rows(num_train, "train", seed, max_operand)
-    test = arithmetic_rows(num_test, "test", seed, max_operand)
-    if demo_style not in ("plain", "worked"):
-        raise ValueError(f"demo_style must be 'plain' or 'worked', got {demo_style!r}.")
-    demos = (sft_rows if demo_style == "plain" else worked_sft_rows)(train, wrong_fraction, seed)
-    return {
-        "train": write_parquet(train, out_dir / "train.parquet"),
-        "test": write_parquet(test, out_dir / "test.parquet"),
-        "sft": write_parquet(demos, out_dir / "sft.parquet"),
-        "dpo": write_parquet(preference_pairs(train, seed), out_dir / "dpo.parquet"),
-    }
+    if demo_style not in DEMO_STYLES:
+        raise ValueError(f"demo_style must be one of {DEMO_STYLES}, got {demo_style!r}.")
+    if demo_style == "chain":
+        train, test = (chain_rows(n, split, seed, max_operand=max_operand)
+                       for n, split in ((num_train, "train"), (num_test, "test")))
+        demos = chain_sft_rows(train, worked_fraction, wrong_fraction, seed)
+    else:
+        train = arithmetic_rows(num_train, "train", seed, max_operand)
+        test = arithmetic_rows(num_test, "test", seed, max_operand)
+        demos = (sft_rows if demo_style == "plain" else worked_sft_rows)(train, wrong_fraction, seed)
+    paths = {"train": write_parquet(train, out_dir / "train.parquet"),
+             "test": write_parquet(test, out_dir / "test.parquet"),
+             "sft": write_parquet(demos, out_dir / "sft.parquet")}
+    if demo_style != "chain":
+        paths["dpo"] = write_parquet(preference_pairs(train, seed), out_dir / "dpo.parquet")
+    return paths
 
 
 PAIR_COLUMNS = ("prompt", "chosen", "rejected")  # TRL's preference layout

@@ -32,7 +32,7 @@ from minirl import models
 from minirl.config import OptimConfig, load_dataclass
 from minirl.core import check_choice, check_same_shape, logprobs_from_logits, masked_sum
 from minirl.optim import build_lr_scheduler
-from minirl.parallel import apply_thread_policy
+from minirl.parallel import apply_thread_policy, check_launch
 from minirl.preference import resolve_tiny_paths
 from minirl.sft import tokenize_demonstrations
 
@@ -250,6 +250,7 @@ def train_dpo(config: DPOConfig, show_progress: bool | None = None, on_evaluate=
     set_seed(config.seed)
     apply_thread_policy()
     accelerator = Accelerator()
+    check_launch(accelerator)
     tokenizer = models.load_tokenizer(model_path)
     model = models.load_policy(model_path)
     pairs = data_lib.read_preference_pairs(train_files, "train_files")

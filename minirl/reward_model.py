@@ -42,7 +42,7 @@ from minirl import models
 from minirl.config import OptimConfig, load_dataclass
 from minirl.core import place_scores_on_last_token
 from minirl.optim import build_lr_scheduler
-from minirl.parallel import apply_thread_policy
+from minirl.parallel import apply_thread_policy, check_launch
 from minirl.preference import resolve_tiny_paths
 from minirl.rewards import NaiveRewardManager, has_rule
 
@@ -263,6 +263,7 @@ def train_reward_model(config: RewardModelConfig, show_progress: bool | None = N
     set_seed(config.seed)
     apply_thread_policy()
     accelerator = Accelerator()
+    check_launch(accelerator)
     tokenizer = models.load_tokenizer(model_path)
     model = load_reward_model(model_path, new_head=True)
     model.config.pad_token_id = tokenizer.pad_token_id

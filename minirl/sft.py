@@ -37,6 +37,7 @@ from minirl.parallel import apply_thread_policy
 
 LOCK_FILE = ".lock"
 WARM_START_VERSION = 2  # bump when the build changes, so cached warm starts are rebuilt
+ADDED_FIELDS = {"demo_style": "plain", "worked_fraction": 0.5}  # fields added since version 2, and their defaults
 
 
 @dataclass
@@ -69,14 +70,18 @@ class SFTConfig:
     model: dict = field(default_factory=dict)
     """Overrides for minirl.models.build_tiny_model (hidden_size, num_hidden_layers, ...)."""
     demo_style: str = "plain"
-    """"plain" demonstrations ("a+b=c #### c"), or "worked": the preference task of Chapters 3 and 6, half of
-    whose demonstrations add tens and units before the answer (minirl.data.worked_sft_rows)."""
+    """"plain" demonstrations ("a+b=c #### c"); "worked": the preference task of Chapters 3 and 6, half of
+    whose demonstrations add tens and units before the answer (minirl.data.worked_sft_rows); "chain": the chain
+    task of Chapters 5 and 8, direct or worked sums of 3-4 terms (minirl.data.chain_sft_rows)."""
+    worked_fraction: float = 0.5
+    """Share of worked demonstrations (demo_style "chain")."""
 
     def key(self) -> str:
         """A short hash of the config (and WARM_START_VERSION): the cache key of the warm start it builds."""
         fields = asdict(self)
-        if fields["demo_style"] == "plain":  # keeps the keys of warm starts cached before the field existed
-            del fields["demo_style"]
+        for name, default in ADDED_FIELDS.items():  # a field at its default leaves the key of older caches as it was
+            if fields[name] == default:
+                del fields[name]
         content = json.dumps({"version": WARM_START_VERSION, **fields}, sort_keys=True)
         return hashlib.sha256(content.encode()).hexdigest()[:12]
 
@@ -165,7 +170,8 @@ def build_warm_start(out_dir: str | Path, config: SFTConfig | None = None, show_
     out_dir = Path(out_dir)
     start = time.perf_counter()
     paths = data_lib.make_arithmetic_dataset(out_dir / "data", config.num_train, config.num_test, config.seed,
-                                             config.wrong_fraction, config.max_operand, config.demo_style)
+                                             config.wrong_fraction, config.max_operand, config.demo_style,
+                                             config.worked_fraction)
     models.save_tiny_model(out_dir, seed=config.seed, **config.model)
     tokenizer, model = models.load_tokenizer(out_dir), models.load_policy(out_dir)
     demos = data_lib.read_parquet(paths["sft"], required_columns=("prompt", "response")).to_list()

@@ -142,10 +142,11 @@ def test_chapter3_without_the_leash_the_gold_falls_while_the_proxy_does_not(pref
     sft = evaluate_against_reference(warm, warm, rows, 48, rm_dir)
     measured = {}
     for beta in (0.0, 0.05):
-        train([f"trainer.default_local_dir={tmp_path / str(beta)}", *QUIET, "trainer.total_training_steps=24",
-               "trainer.save_freq=24", "trainer.test_freq=-1", *preference.ppo_overrides(rm_dir, kl_coef=beta)],
+        train([f"trainer.default_local_dir={tmp_path / str(beta)}", *QUIET, "trainer.total_training_steps=20",
+               "trainer.save_freq=20", "trainer.test_freq=-1", "trainer.val_before_train=False",
+               *preference.ppo_overrides(rm_dir, kl_coef=beta)],
               show_progress=False)
-        measured[beta] = evaluate_against_reference(tmp_path / str(beta) / "global_step_24" / "actor", warm, rows,
+        measured[beta] = evaluate_against_reference(tmp_path / str(beta) / "global_step_20" / "actor", warm, rows,
                                                     48, rm_dir)
     gap = {beta: (m["proxy"] - sft["proxy"]) - (m["gold"] - sft["gold"]) for beta, m in measured.items()}
     assert measured[0.0]["gold"] < sft["gold"] - 0.1 < measured[0.05]["gold"], (sft, measured)

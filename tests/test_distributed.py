@@ -168,3 +168,25 @@ def test_one_and_two_processes_write_the_same_metrics(tmp_path, overrides):
         assert "critic/vf_loss" in a[-1]
     if "algorithm.use_kl_in_reward=true" in overrides:
         assert a[-1]["actor/reward_kl_penalty_coeff"] != 0.001  # the adaptive controller moved, identically
+
+
+def test_dpo_and_reward_model_training_run_in_two_processes(tmp_path):
+    """`accelerate launch ... -m minirl dpo` / `train-rm`: each process takes a share of every batch (TRL's
+    per-device batch), gradients are averaged, metrics gathered; process 0 saves the model."""
+    from minirl import data
+
+    model_dir = models.save_tiny_model(tmp_path / "model")
+    pairs = [{"prompt": [{"role": "user", "content": f"{a}+{a}=?"}],
+              "chosen": [{"role": "assistant", "content": f"#### {2 * a}"}],
+              "rejected": [{"role": "assistant", "content": f"#### {2 * a + 1}"}]} for a in range(16)]
+    path = data.write_parquet(pairs, tmp_path / "pairs.parquet")
+    common = [f"model_path={model_dir}", f"train_files={path}", "val_files=null", "per_device_train_batch_size=4",
+              "num_train_epochs=3", "learning_rate=3e-3"]
+    for command, out, summary_name in (("dpo", "dpo", "dpo.json"), ("train-rm", "rm", "reward_model.json")):
+        proc = launch("-m", "minirl", command, *common, f"output_dir={tmp_path / out}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        history = json.loads((tmp_path / out / summary_name).read_text())["history"]
+        assert len(history) == 6  # 16 pairs / (2 processes x 4) = 2 steps per epoch, 3 epochs
+        assert history[-1]["loss"] < history[0]["loss"]
+    first = json.loads((tmp_path / "dpo" / "dpo.json").read_text())["history"][0]
+    assert math.isclose(first["loss"], math.log(2), abs_tol=1e-4)  # policy = reference at the first step
