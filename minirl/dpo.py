@@ -15,6 +15,7 @@ verl's tree). The trainer here is offline:
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -267,12 +268,14 @@ def train_dpo(config: DPOConfig, show_progress: bool | None = None, on_evaluate=
     columns = [train[name][:n] for name in names] + [train[name][n:] for name in names] + list(reference.chunk(2))
     loader = DataLoader(TensorDataset(*columns), batch_size=config.per_device_train_batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(config.seed))
-    steps = config.num_train_epochs * len(loader)
+    # Each process takes every num_processes-th batch (TRL's per-device batch): count the steps one process makes.
+    steps = config.num_train_epochs * math.ceil(len(loader) / accelerator.num_processes)
     steps = min(steps, config.max_steps) if config.max_steps > 0 else steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     scheduler = build_lr_scheduler(optimizer, OptimConfig(lr=config.learning_rate, lr_warmup_steps=config.warmup_steps,
                                                           lr_scheduler_type="constant"), steps)
-    scorer, optimizer, loader, scheduler = accelerator.prepare(SequenceLogProbs(model), optimizer, loader, scheduler)
+    # (the scheduler is not prepared: accelerate would step it once per process at every optimizer step)
+    scorer, optimizer, loader = accelerator.prepare(SequenceLogProbs(model), optimizer, loader)
     start, history, step = time.perf_counter(), [], 0
     if on_evaluate is not None:
         history.append({"step": 0, **on_evaluate(model, 0)})

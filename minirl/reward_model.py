@@ -24,6 +24,7 @@ model's own template, and puts the score on the response's last token.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -272,12 +273,14 @@ def train_reward_model(config: RewardModelConfig, show_progress: bool | None = N
     loader = _pair_batches(encode_pairs(tokenizer, pairs, config.max_length), config.per_device_train_batch_size,
                            shuffle=True, seed=config.seed)
     names = loader.names
-    steps = config.num_train_epochs * len(loader)
+    # Each process takes every num_processes-th batch (TRL's per-device batch): count the steps one process makes.
+    steps = config.num_train_epochs * math.ceil(len(loader) / accelerator.num_processes)
     steps = min(steps, config.max_steps) if config.max_steps > 0 else steps
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     scheduler = build_lr_scheduler(optimizer, OptimConfig(lr=config.learning_rate, lr_warmup_steps=config.warmup_steps,
                                                           lr_scheduler_type="constant"), steps)
-    scorer, optimizer, loader, scheduler = accelerator.prepare(ScoreAtLastToken(model), optimizer, loader, scheduler)
+    # (the scheduler is not prepared: accelerate would step it once per process at every optimizer step)
+    scorer, optimizer, loader = accelerator.prepare(ScoreAtLastToken(model), optimizer, loader)
     start = time.perf_counter()
     history = []
     progress = tqdm(total=steps, desc="Reward model", disable=not (show_progress and accelerator.is_main_process))
