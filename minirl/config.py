@@ -330,7 +330,18 @@ class RewardModelConfig:
 
 
 @dataclass
+class CustomRewardFunctionConfig:
+    path: str | None = None
+    """A Python file holding your reward function (verl's `reward.custom_reward_function.path`; legacy spelling
+    `custom_reward_function.path`). null = the built-in rules of minirl/rewards.py, chosen by data_source."""
+    name: str = "compute_score"
+    """The function's name in that file: compute_score(data_source, solution_str, ground_truth, extra_info),
+    returning a float or a dict with a "score" (its other keys are logged as minirl/<key>/mean)."""
+
+
+@dataclass
 class RewardConfig:
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
 
 
@@ -359,6 +370,8 @@ ALIASES = {
     # migrate_legacy_reward_impl)
     "reward_model.enable": "reward.reward_model.enable",
     "reward_model.model.path": "reward.reward_model.model_path",
+    "custom_reward_function.path": "reward.custom_reward_function.path",
+    "custom_reward_function.name": "reward.custom_reward_function.name",
 }
 
 # Why a verl key has no effect in minirl, by glob pattern (first match wins).

@@ -26,7 +26,7 @@ import datasets
 import numpy as np
 import torch
 
-from minirl.rewards import GSM8K_SOURCES, default_compute_score
+from minirl.rewards import CHAIN_SOURCES, GSM8K_SOURCES, default_compute_score
 
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 ARITHMETIC_SOURCE = "minirl/arithmetic"
@@ -455,7 +455,7 @@ def check_rl_row(row: dict, where: str) -> None:
         raise ValueError(f"{where}: reward_model.ground_truth is {type(truth).__name__} {truth!r:.40}; verl's schema "
                          f"stores it as a string (write str({truth!r:.40})), or the scorer compares it with text "
                          "and returns 0 forever.")
-    if row.get("data_source") in GSM8K_SOURCES and not re.fullmatch(r"-?[\d,]*\.?\d+", truth.strip()):
+    if row.get("data_source") in GSM8K_SOURCES + CHAIN_SOURCES and not re.fullmatch(r"-?[\d,]*\.?\d+", truth.strip()):
         raise ValueError(f"{where}: data_source {row['data_source']!r} is scored by comparing numbers, but its "
                          f"ground_truth {truth!r:.40} is not a number, so every answer would score 0.")
 

@@ -131,22 +131,74 @@ def compute_math_score(solution_str: str, ground_truth: str) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# The chain task (Chapters 5 and 8): "<think>7+5=12, 12+8=20</think> #### 20"
+# ----------------------------------------------------------------------------------------------
+
+THINK_FORMAT = re.compile(r"<think>(.*?)</think>\s*#### -?[0-9][0-9,.]*\s*$", re.DOTALL)
+
+
+def think_format(solution_str: str) -> float:
+    """1.0 if the response is one <think>...</think> block followed by a final "#### N" and nothing else."""
+    match = THINK_FORMAT.fullmatch(solution_str.strip())
+    return 1.0 if match and "<think>" not in match.group(1) and "</think>" not in match.group(1) else 0.0
+
+
+def compute_chain_score(solution_str: str, ground_truth: str) -> dict:
+    """The chain task's verifier: the GSM8K rule for the answer, plus what the chapters watch.
+
+    Returns {"score": 1.0 or 0.0 (the right final answer, strict "#### N"), "acc", "format" (think_format),
+    "worked": 1.0 if the response writes at least one step "a+b=c" before its final answer}.
+    Only "score" is the reward; the rest is logged (minirl/<key>/mean).
+    """
+    score = float(compute_gsm8k_score(solution_str, ground_truth))
+    worked = 1.0 if re.search(r"\d\+\d+=\d", solution_str.split("####")[0]) else 0.0
+    return {"score": score, "acc": score == 1.0, "format": think_format(solution_str), "worked": worked}
+
+
+def load_custom_reward_function(path: str, name: str = "compute_score") -> Callable:
+    """Your reward function, loaded from a file as verl 0.9.1 does (`verl/trainer/ppo/reward.py::get_custom_reward_fn`).
+
+    Raises:
+        FileNotFoundError, ValueError: the file does not exist, does not import, or has no callable `name`.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"reward.custom_reward_function.path: {path} is not a file.")
+    spec = importlib.util.spec_from_file_location(f"custom_reward_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        raise ValueError(f"reward.custom_reward_function.path: {path} does not import ({type(error).__name__}: "
+                         f"{error}).") from error
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ValueError(f"reward.custom_reward_function.name: {path} has no function {name!r}; set the name of "
+                         "your compute_score(data_source, solution_str, ground_truth, extra_info).")
+    return function
+
+
+# ----------------------------------------------------------------------------------------------
 # Dispatch by data_source (verl/utils/reward_score/__init__.py::default_compute_score)
 # ----------------------------------------------------------------------------------------------
 
-GSM8K_SOURCES = ("openai/gsm8k", "minirl/arithmetic", "minirl/chain_sum")
+GSM8K_SOURCES = ("openai/gsm8k", "minirl/arithmetic")
+CHAIN_SOURCES = ("minirl/chain_sum",)
 MATH_SOURCES = ("math_dapo", "math", "minirl/boxed")
 
 
 def has_rule(data_source: str) -> bool:
     """Whether `default_compute_score` has a rule for this data_source."""
-    return data_source in GSM8K_SOURCES + MATH_SOURCES
+    return data_source in GSM8K_SOURCES + CHAIN_SOURCES + MATH_SOURCES
 
 
 def default_compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None):
     """Score one response with the rule its dataset asks for.
 
-        openai/gsm8k, minirl/arithmetic, minirl/chain_sum  -> compute_gsm8k_score (0/1)
+        openai/gsm8k, minirl/arithmetic  -> compute_gsm8k_score (0/1)
+        minirl/chain_sum                 -> compute_chain_score ({"score": 0/1, "acc", "format", "worked"})
         math_dapo, math, minirl/boxed    -> compute_math_score ({"score": +-1, "acc", "pred"})
 
     Raises:
@@ -155,9 +207,12 @@ def default_compute_score(data_source: str, solution_str: str, ground_truth: str
     """
     if data_source in GSM8K_SOURCES:
         return float(compute_gsm8k_score(solution_str, ground_truth))
+    if data_source in CHAIN_SOURCES:
+        return compute_chain_score(solution_str, ground_truth)
     if data_source in MATH_SOURCES:
         return compute_math_score(solution_str, ground_truth)
-    raise ValueError(f"no reward function for data_source {data_source!r}; known: {GSM8K_SOURCES + MATH_SOURCES}. "
+    raise ValueError(f"no reward function for data_source {data_source!r}; known: "
+                     f"{GSM8K_SOURCES + CHAIN_SOURCES + MATH_SOURCES}. "
                      "Pass compute_score=your_function to the reward manager to score other data.")
 
 

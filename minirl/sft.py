@@ -86,6 +86,14 @@ class SFTConfig:
         return hashlib.sha256(content.encode()).hexdigest()[:12]
 
 
+CHAIN_SFT = SFTConfig(demo_style="chain", worked_fraction=0.3, wrong_fraction=0.3, max_operand=9, max_length=64,
+                      response_length=48)
+"""The warm start of the chain task (Chapters 5 and 8): 30% of its demonstrations write the running sums."""
+CHAIN_ZERO_SFT = SFTConfig(demo_style="chain", worked_fraction=0.02, wrong_fraction=0.3, max_operand=9, max_length=64,
+                           response_length=48)
+"""R1-Zero's starting point in miniature: 2% of the demonstrations write steps (in the <think> format)."""
+
+
 def tokenize_demonstrations(tokenizer, demos: list[dict], max_length: int) -> dict[str, torch.Tensor]:
     """Prompt (chat template) + response + EOS, right-padded; the loss mask covers response and EOS.
 

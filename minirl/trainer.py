@@ -54,7 +54,7 @@ from minirl.metrics import (
 from minirl.parallel import apply_thread_policy, check_launch, dp_compute
 from minirl.protocol import DataProto
 from minirl.reward_model import RewardModelScorer
-from minirl.rewards import NaiveRewardManager
+from minirl.rewards import NaiveRewardManager, load_custom_reward_function
 from minirl.rollout_correction import (
     compute_offpolicy_metrics,
     compute_rollout_correction_weights,
@@ -112,9 +112,15 @@ class PPOTrainer:
         self.val_rows = data_lib.load_rl_rows(val_files, self.tokenizer, data.max_prompt_length,
                                               data.filter_overlong_prompts, data.val_max_samples, False,
                                               key="data.val_files")
-        # verl 0.9.1: with a reward model enabled (and no custom reward function) the reward model alone scores
-        self.reward_fn = (RewardModelScorer(cfg.reward.reward_model.model_path, self.tokenizer)
-                          if cfg.reward.reward_model.enable else NaiveRewardManager(self.tokenizer))
+        # verl 0.9.1: a custom reward function, if set, scores; else a reward model, if enabled, scores alone;
+        # else the rules of minirl/rewards.py, chosen by data_source
+        custom = cfg.reward.custom_reward_function
+        if custom.path:
+            self.reward_fn = NaiveRewardManager(self.tokenizer, load_custom_reward_function(custom.path, custom.name))
+        elif cfg.reward.reward_model.enable:
+            self.reward_fn = RewardModelScorer(cfg.reward.reward_model.model_path, self.tokenizer)
+        else:
+            self.reward_fn = NaiveRewardManager(self.tokenizer)
         # verl's dataloader yields batches of gen_batch_size (or train_batch_size) prompts and drops the last
         # partial batch of each epoch; total_training_steps defaults to total_epochs passes over it.
         self.loader_batch_size = data.gen_batch_size or data.train_batch_size
@@ -338,11 +344,12 @@ class PPOTrainer:
         metrics["training/epoch"] = epoch
         metrics.update(compute_data_metrics(batch, self.use_critic, cfg.data.max_prompt_length,
                                             cfg.data.max_response_length))
-        # minirl's own metrics: accuracy when the reward returns it, and groups that carry no GRPO signal
-        if "acc" in batch:
-            metrics["minirl/acc/mean"] = float(np.mean([float(a) for a in batch["acc"]]))
-        if "gold_score" in batch:  # training on a reward model: the hidden rule reward it stands in for
-            metrics["minirl/gold_score/mean"] = float(np.mean(batch["gold_score"]))
+        # minirl's own metrics: each number the reward function returns beside its score (acc; gold_score when a
+        # reward model scores; the chain task's format and worked), and groups that carry no GRPO signal
+        for key in sorted(set(batch.non_tensor_batch) - set(self.ROW_FIELDS) - {"uid"}):
+            values = batch[key]
+            if all(isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating)) for v in values):
+                metrics[f"minirl/{key}/mean"] = float(np.mean([float(v) for v in values]))
         _, zero_spread = filter_groups(batch["token_level_scores"].sum(-1), batch["uid"])
         metrics["minirl/zero_spread_group_frac"] = zero_spread / len(set(batch["uid"]))
         return metrics, batch

@@ -14,9 +14,13 @@ def test_direct_and_worked_answers_by_hand():
     # a slip at step 1 carries on: 12+8=21, then 21+6=27
     assert data.chain_response(ROW, worked=True, slip=(1, 1)) == "<think>7+5=12, 12+8=21, 21+6=27</think> #### 27"
     assert data.chain_response(ROW, worked=False, slip=(0, -2)) == "#### 24"
-    for text, score in (("<think>7+5=12, 12+8=20, 20+6=26</think> #### 26", 1.0), ("#### 26", 1.0),
-                        ("#### 27", 0.0), ("<think>7+5=12</think>", 0.0)):
-        assert rewards.default_compute_score(data.CHAIN_SOURCE, text, "26") == score
+    for text, score, form, worked in (("<think>7+5=12, 12+8=20, 20+6=26</think> #### 26", 1.0, 1.0, 1.0),
+                                      ("#### 26", 1.0, 0.0, 0.0), ("#### 27", 0.0, 0.0, 0.0),
+                                      ("<think>7+5=12</think>", 0.0, 0.0, 1.0),
+                                      ("7+5=12, 12+14=26 #### 26", 1.0, 0.0, 1.0),
+                                      ("<think>7+5=12</think> #### 12 <think>x</think> #### 26", 1.0, 0.0, 1.0)):
+        result = rewards.default_compute_score(data.CHAIN_SOURCE, text, "26")
+        assert (result["score"], result["format"], result["worked"]) == (score, form, worked), text
 
 
 def test_rows_are_seeded_verl_rows_with_the_right_sums():
@@ -37,7 +41,7 @@ def test_demonstrations_mix_styles_and_mark_their_mistakes():
     wrong = sum(not d["correct"] for d in demos) / len(demos)
     assert 0.25 < worked < 0.35 and 0.35 < wrong < 0.45
     for demo, row in zip(demos, rows):
-        score = rewards.default_compute_score(data.CHAIN_SOURCE, demo["response"], row["reward_model"]["ground_truth"])
-        assert score == float(demo["correct"]) and demo["response"].startswith("<think>") == demo["worked"]
+        result = rewards.default_compute_score(data.CHAIN_SOURCE, demo["response"], row["reward_model"]["ground_truth"])
+        assert result["score"] == float(demo["correct"]) and result["format"] == float(demo["worked"])
     with pytest.raises(ValueError, match="worked_fraction must be in"):
         data.chain_sft_rows(rows, worked_fraction=1.5)

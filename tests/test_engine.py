@@ -217,7 +217,7 @@ def test_math_score(text, truth, score):
 @settings(max_examples=300, deadline=None)
 @given(text=st.text(), truth=st.text(max_size=10))
 def test_reward_functions_never_raise(text, truth):
-    for source in rewards.GSM8K_SOURCES + rewards.MATH_SOURCES:
+    for source in rewards.GSM8K_SOURCES + rewards.CHAIN_SOURCES + rewards.MATH_SOURCES:
         rewards.default_compute_score(source, text, truth)
     rewards.format_reward(text)
     rewards.extract_solution(text, "flexible")
@@ -409,6 +409,8 @@ def test_scorers_never_raise_and_stay_in_range_on_adversarial_strings(pieces, tr
     response = "".join(pieces)
     for source in rewards.GSM8K_SOURCES:
         assert rewards.default_compute_score(source, response, truth) in (0.0, 1.0)
+    chain = rewards.default_compute_score("minirl/chain_sum", response, truth)
+    assert chain["score"] in (0.0, 1.0) and chain["format"] in (0.0, 1.0) and chain["worked"] in (0.0, 1.0)
     assert rewards.format_reward(response) in (0.0, 1.0)
     result = rewards.compute_math_score(response, truth)
     assert result["score"] in (-1.0, 1.0) and result["acc"] == (result["score"] == 1.0)

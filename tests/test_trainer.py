@@ -214,3 +214,21 @@ def test_a_kill_between_a_metrics_line_and_its_checkpoint_loses_nothing(tmp_path
     assert [r["step"] for r in resumed] == [2]
     assert [r["step"] for r in load_metrics(run_dir)] == [0, 1, 2]  # step 2 once, from the resumed run
     assert (run_dir / LATEST_FILE).read_text() == "2" and not list(run_dir.glob(".tmp-*"))
+
+
+def test_a_custom_reward_function_scores_and_its_extra_values_are_logged(tmp_path):
+    reward_file = tmp_path / "my_reward.py"
+    reward_file.write_text(
+        "def length_reward(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return {'score': min(len(solution_str), 10) / 10, 'has_hashes': float('####' in solution_str)}\n")
+    history = run(tmp_path, "trainer.total_training_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=False",
+                  "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+                  f"custom_reward_function.path={reward_file}", "custom_reward_function.name=length_reward")
+    step = history[-1]
+    assert 0 < step["critic/score/mean"] <= 1 and 0 <= step["minirl/has_hashes/mean"] <= 1
+    assert "minirl/acc/mean" not in step  # a dict result logs its own keys only
+    key = "reward.custom_reward_function.path"
+    for override, message in ((f"{key}={tmp_path / 'none.py'}", "is not a file"),
+                              (f"{key}={reward_file}", "has no function 'compute_score'")):
+        with pytest.raises((ValueError, FileNotFoundError), match=message):
+            run(tmp_path, "trainer.total_training_steps=1", override, name="bad")
