@@ -1,4 +1,4 @@
-"""Datasets in verl's parquet schema: the tiny arithmetic task, GSM8K, SFT demonstrations, DPO pairs.
+"""Datasets in verl's parquet schema: the tiny arithmetic task, the chain task, GSM8K, SFT demonstrations, DPO pairs.
 
 Every RL dataset here is a parquet file with verl's columns (what
 `examples/data_preprocess/gsm8k.py` writes and `verl/utils/dataset/rl_dataset.py` reads):

@@ -155,6 +155,32 @@ def compute_chain_score(solution_str: str, ground_truth: str) -> dict:
     return {"score": score, "acc": score == 1.0, "format": think_format(solution_str), "worked": worked}
 
 
+def r1_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
+             format_weight: float = 0.1) -> dict:
+    """DeepSeek-R1's rule reward for the chain task: accuracy plus a small reward for the <think> format.
+
+        score = acc + format_weight * format
+
+    A custom reward function in verl's signature: `reward.custom_reward_function.path=minirl/rewards.py
+    reward.custom_reward_function.name=r1_score`. Nobody rewards the steps themselves; only the answer and
+    the shape of the response are checked.
+    """
+    result = compute_chain_score(solution_str, ground_truth)
+    return {**result, "score": result["score"] + format_weight * result["format"]}
+
+
+def lenient_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> dict:
+    """A too-lenient verifier, for Chapter 8 to attack: full reward if the right number appears anywhere.
+
+    Do not train with it: a response that lists many numbers can collect the reward without computing.
+    "strict_acc" logs what the strict rule (`compute_chain_score`) says of the same response.
+    """
+    numbers = re.findall(r"-?\d+", solution_str[-SOLUTION_CLIP_CHARS:])
+    strict = compute_chain_score(solution_str, ground_truth)
+    return {"score": 1.0 if ground_truth.strip() in numbers else 0.0, "strict_acc": strict["score"],
+            "worked": strict["worked"], "numbers": float(len(numbers))}
+
+
 def load_custom_reward_function(path: str, name: str = "compute_score") -> Callable:
     """Your reward function, loaded from a file as verl 0.9.1 does (`verl/trainer/ppo/reward.py::get_custom_reward_fn`).
 

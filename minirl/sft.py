@@ -168,6 +168,19 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
     return accelerator.unwrap_model(model), losses
 
 
+def fine_tune(model_dir: str | Path, demos: list[dict], out_dir: str | Path, config: SFTConfig,
+              show_progress: bool = True) -> Path:
+    """SFT an existing model on `demos` and save the result to `out_dir` (atomically): R1's cold start.
+
+    demos: {"prompt": chat messages, "response": text}; config: steps, batch_size, lr, max_length, seed.
+    """
+    tokenizer, model = models.load_tokenizer(model_dir), models.load_policy(model_dir)
+    model, losses = train_sft(model, tokenizer, demos, config, show_progress)
+    return models.save_model_atomically(model, tokenizer, out_dir, "sft.json",
+                                        {"config": asdict(config), "from": str(model_dir), "demos": len(demos),
+                                         "final_loss": losses[-1]})
+
+
 def build_warm_start(out_dir: str | Path, config: SFTConfig | None = None, show_progress: bool = True) -> dict:
     """Build the tiny task's data, a tiny model, and SFT it; save model + tokenizer + data to `out_dir`.
 

@@ -45,3 +45,21 @@ def test_demonstrations_mix_styles_and_mark_their_mistakes():
         assert result["score"] == float(demo["correct"]) and result["format"] == float(demo["worked"])
     with pytest.raises(ValueError, match="worked_fraction must be in"):
         data.chain_sft_rows(rows, worked_fraction=1.5)
+
+
+def test_r1_and_lenient_rewards_by_hand():
+    worked = "<think>7+5=12, 12+8=20, 20+6=26</think> #### 26"
+    assert rewards.r1_score(data.CHAIN_SOURCE, worked, "26")["score"] == pytest.approx(1.1)
+    assert rewards.r1_score(data.CHAIN_SOURCE, "#### 26", "26")["score"] == 1.0
+    assert rewards.r1_score(data.CHAIN_SOURCE, "<think>7+5=13</think> #### 27", "26")["score"] == pytest.approx(0.1)
+    listing = "#### 24 25 26 27"  # the hack the lenient rule invites
+    assert rewards.lenient_score(data.CHAIN_SOURCE, listing, "26")["score"] == 1.0
+    assert rewards.lenient_score(data.CHAIN_SOURCE, listing, "26")["strict_acc"] == 0.0
+    assert rewards.lenient_score(data.CHAIN_SOURCE, "#### 261", "26")["score"] == 0.0  # whole numbers only
+
+
+def test_a_custom_reward_function_can_be_loaded_from_the_library_file():
+    from pathlib import Path
+
+    path = Path(rewards.__file__)
+    assert rewards.load_custom_reward_function(str(path), "r1_score")(data.CHAIN_SOURCE, "#### 26", "26")["score"] == 1
