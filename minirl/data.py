@@ -315,19 +315,20 @@ DEMO_STYLES = ("plain", "worked", "chain")
 
 def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test: int = 200, seed: int = 0,
                             wrong_fraction: float = 0.4, max_operand: int = 30, demo_style: str = "plain",
-                            worked_fraction: float = 0.5) -> dict[str, Path]:
+                            worked_fraction: float = 0.5, terms: tuple[int, int] = (3, 4)) -> dict[str, Path]:
     """Write a tiny task's files: train.parquet, test.parquet (RL), sft.parquet (noisy demos), dpo.parquet.
 
     demo_style "plain" writes "a+b=c #### c" demonstrations, "worked" the preference task's mix of direct and
     worked answers (`worked_sft_rows`), "chain" the chain task (`chain_rows`, `chain_sft_rows` with
-    worked_fraction; max_operand is then the largest term, and there is no dpo.parquet). Demonstrations are
+    worked_fraction; max_operand is then the largest term, `terms` the fewest and most of them, and there is no
+    dpo.parquet). Demonstrations are
     wrong with probability wrong_fraction.
     """
     out_dir = Path(out_dir)
     if demo_style not in DEMO_STYLES:
         raise ValueError(f"demo_style must be one of {DEMO_STYLES}, got {demo_style!r}.")
     if demo_style == "chain":
-        train, test = (chain_rows(n, split, seed, max_operand=max_operand)
+        train, test = (chain_rows(n, split, seed, *terms, max_operand=max_operand)
                        for n, split in ((num_train, "train"), (num_test, "test")))
         demos = chain_sft_rows(train, worked_fraction, wrong_fraction, seed)
     else:

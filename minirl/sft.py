@@ -37,7 +37,8 @@ from minirl.parallel import apply_thread_policy
 
 LOCK_FILE = ".lock"
 WARM_START_VERSION = 2  # bump when the build changes, so cached warm starts are rebuilt
-ADDED_FIELDS = {"demo_style": "plain", "worked_fraction": 0.5}  # fields added since version 2, and their defaults
+# fields added since version 2, and their defaults
+ADDED_FIELDS = {"demo_style": "plain", "worked_fraction": 0.5, "min_terms": 3, "max_terms": 4}
 
 
 @dataclass
@@ -75,6 +76,10 @@ class SFTConfig:
     task of Chapters 5 and 8, direct or worked sums of 3-4 terms (minirl.data.chain_sft_rows)."""
     worked_fraction: float = 0.5
     """Share of worked demonstrations (demo_style "chain")."""
+    min_terms: int = 3
+    """Fewest numbers in a chain question (demo_style "chain")."""
+    max_terms: int = 4
+    """Most numbers in a chain question (demo_style "chain")."""
 
     def key(self) -> str:
         """A short hash of the config (and WARM_START_VERSION): the cache key of the warm start it builds."""
@@ -192,7 +197,7 @@ def build_warm_start(out_dir: str | Path, config: SFTConfig | None = None, show_
     start = time.perf_counter()
     paths = data_lib.make_arithmetic_dataset(out_dir / "data", config.num_train, config.num_test, config.seed,
                                              config.wrong_fraction, config.max_operand, config.demo_style,
-                                             config.worked_fraction)
+                                             config.worked_fraction, (config.min_terms, config.max_terms))
     models.save_tiny_model(out_dir, seed=config.seed, **config.model)
     tokenizer, model = models.load_tokenizer(out_dir), models.load_policy(out_dir)
     demos = data_lib.read_parquet(paths["sft"], required_columns=("prompt", "response")).to_list()
