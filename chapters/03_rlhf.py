@@ -37,7 +37,7 @@ import torch
 
 from minirl import data, kl, models, preference, reward_model
 from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_seeds, seeds, show_source
-from minirl.evaluate import evaluate_against_reference
+from minirl.evaluate import measure_policy
 from minirl.plot import load_metrics
 from minirl.trainer import train
 
@@ -280,14 +280,16 @@ print(compare_table(leash, "minirl/gold_score/mean"))
 
 # %%
 test_rows = data.read_parquet(WARM / "data" / "test.parquet").to_list()[: 40 if fast_mode() else 200]
-reference_point = evaluate_against_reference(WARM, WARM, test_rows, RESPONSE_LENGTH, rm_dir)
+reference, tokenizer = models.load_policy(WARM), models.load_tokenizer(WARM)
+scorer = reward_model.RewardModelScorer(rm_dir, tokenizer)  # the proxy, loaded once for every checkpoint
+reference_point = measure_policy(reference, reference, tokenizer, test_rows, RESPONSE_LENGTH, scorer)
 points = {}  # beta -> [(seed, step, measurements)]
 for beta in BETAS:
     for seed in seeds():
         for checkpoint in (RUNS / f"beta{beta}" / f"seed{seed}").glob("global_step_*"):
             step = int(checkpoint.name.removeprefix("global_step_"))
-            measured = evaluate_against_reference(checkpoint / "actor", WARM, test_rows, RESPONSE_LENGTH, rm_dir,
-                                                  seed=seed)
+            measured = measure_policy(models.load_policy(checkpoint / "actor"), reference, tokenizer, test_rows,
+                                      RESPONSE_LENGTH, scorer, seed=seed)
             points.setdefault(beta, []).append((seed, step, measured))
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharex=True)
 for beta, measured in points.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from minirl import models
 from minirl.data import encode_prompts
 from minirl.rewards import NaiveRewardManager
 from minirl.rollout import generate_sequences
@@ -48,14 +49,14 @@ def evaluate(model, tokenizer, rows: list[dict], response_length: int, max_promp
 
 
 @torch.no_grad()
-def measure_policy(policy, reference, tokenizer, rows: list[dict], response_length: int, reward_model_dir=None,
+def measure_policy(policy, reference, tokenizer, rows: list[dict], response_length: int, reward_scorer=None,
                    samples_per_prompt: int = 1, seed: int = 0, max_prompt_length: int = 64) -> dict[str, float]:
     """Sample from a policy and measure what RLHF trades: the gold reward, the proxy and the distance moved.
 
     For each prompt, `samples_per_prompt` answers are sampled (temperature 1) and scored:
 
         gold    the rule reward of minirl.rewards (the hidden "human" preference of the preference task)
-        proxy   the reward model's score (when reward_model_dir is given)
+        proxy   the reward model's score (when a reward_scorer is given)
         kl      KL(policy || reference) per answer, estimated by sum_t [log pi(y_t) - log pi_ref(y_t)] on the
                 policy's own samples (k1 summed over the answer: unbiased, Chapter 3 section 4)
         logp    log pi(y) of the policy's own answers (minus the entropy per answer, estimated)
@@ -64,13 +65,10 @@ def measure_policy(policy, reference, tokenizer, rows: list[dict], response_leng
         policy, reference: causal LMs (the reference is usually the SFT warm start); tokenizer: theirs.
         rows: verl-schema rows (prompt, data_source, reward_model).
         response_length: token budget of an answer.
-        reward_model_dir: a reward model directory, or None.
+        reward_scorer: a `minirl.reward_model.RewardModelScorer` (loaded once by the caller), or None.
     Returns:
         {"gold", "proxy" (if a reward model), "kl", "kl_stderr", "logp", "response_length"}: means over answers.
     """
-    from minirl import models
-    from minirl.reward_model import RewardModelScorer
-
     was_training = policy.training
     prompts = encode_prompts(tokenizer, [row["prompt"] for row in rows], max_prompt_length)
     out = generate_sequences(policy, prompts["input_ids"], prompts["attention_mask"], tokenizer.eos_token_id,
@@ -91,8 +89,8 @@ def measure_policy(policy, reference, tokenizer, rows: list[dict], response_leng
     result = {"gold": gold.sum(-1).mean().item(), "kl": kl.mean().item(),
               "kl_stderr": (kl.std() / len(kl) ** 0.5).item(), "logp": policy_log_probs.sum(-1).mean().item(),
               "response_length": mask.sum(-1).float().mean().item()}
-    if reward_model_dir is not None:
-        proxy, _ = RewardModelScorer(reward_model_dir, tokenizer)(batch)
+    if reward_scorer is not None:
+        proxy, _ = reward_scorer(batch)
         result["proxy"] = proxy.sum(-1).mean().item()
     return result
 
@@ -100,8 +98,9 @@ def measure_policy(policy, reference, tokenizer, rows: list[dict], response_leng
 def evaluate_against_reference(policy_dir, reference_dir, rows: list[dict], response_length: int,
                                reward_model_dir=None, samples_per_prompt: int = 1, seed: int = 0) -> dict[str, float]:
     """`measure_policy` for model directories (a checkpoint's actor, a DPO output, the SFT warm start)."""
-    from minirl import models
+    from minirl.reward_model import RewardModelScorer
 
-    return measure_policy(models.load_policy(policy_dir), models.load_policy(reference_dir),
-                          models.load_tokenizer(policy_dir), rows, response_length, reward_model_dir,
-                          samples_per_prompt, seed)
+    tokenizer = models.load_tokenizer(policy_dir)
+    scorer = RewardModelScorer(reward_model_dir, tokenizer) if reward_model_dir is not None else None
+    return measure_policy(models.load_policy(policy_dir), models.load_policy(reference_dir), tokenizer, rows,
+                          response_length, scorer, samples_per_prompt, seed)

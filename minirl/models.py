@@ -24,6 +24,10 @@ Swapping in Qwen is `load_policy("Qwen/Qwen2.5-0.5B-Instruct")`: same code, bigg
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -136,11 +140,6 @@ def save_tiny_model(path: str | Path, seed: int = 0, **model_kwargs) -> Path:
 def save_model_atomically(model, tokenizer, out_dir: str | Path, summary_name: str, summary: dict) -> Path:
     """`save_pretrained` model and tokenizer plus a JSON summary into a temporary sibling of `out_dir`, then
     rename it into place: an interrupted save leaves the previous directory (or none), never half of one."""
-    import json
-    import os
-    import shutil
-    import tempfile
-
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))

@@ -25,6 +25,7 @@ Files (TRL's conversational preference layout, plus the hidden gold for analysis
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -64,8 +65,7 @@ class PreferenceConfig:
     """The warm start that writes the answers."""
 
     def key(self) -> str:
-        import hashlib
-
+        """A short hash of the config (and the warm start's key): the cache key of the task it builds."""
         content = json.dumps({"version": 1, **asdict(self), "sft": self.sft.key()}, sort_keys=True)
         return hashlib.sha256(content.encode()).hexdigest()[:12]
 
@@ -170,7 +170,6 @@ def default_preference_task(config: PreferenceConfig | None = None, show_progres
     if (target / "preference.json").exists():
         return target
     cache.mkdir(parents=True, exist_ok=True)
-    default_warm_start(config.sft, show_progress=show_progress)  # (takes its own lock)
     building = Path(tempfile.mkdtemp(prefix=".building-preference-", dir=cache))
     try:
         build_preference_task(building, config, show_progress)
