@@ -17,6 +17,22 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; in a multi-process launch, close the process group before the interpreter exits."""
+    try:
+        return _run(argv)
+    finally:
+        _close_process_group()
+
+
+def _close_process_group() -> None:
+    """Destroy torch.distributed's group explicitly: left to interpreter shutdown, gloo's threads can abort a
+    process ("terminate called without an active exception") after all its work is done."""
+    dist = sys.modules.get("torch.distributed")  # never imported: nothing to close (and no torch import for --help)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _run(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)

@@ -52,6 +52,7 @@ def main(model_dir: str, out_file: str, *overrides: str) -> None:
         torch.save({"weights": actor.unwrapped_model.state_dict(), "metrics": metrics,
                     "world_size": accelerator.num_processes}, out_file)
     accelerator.wait_for_everyone()
+    accelerator.end_training()  # destroys the process group (see minirl/__main__.py::_close_process_group)
 
 
 if __name__ == "__main__":
