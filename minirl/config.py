@@ -340,9 +340,42 @@ class CustomRewardFunctionConfig:
 
 
 @dataclass
+class RewardManagerConfig:
+    name: str = "naive"
+    """naive: the score as the reward function returns it. dapo: plus DAPO's overlong penalty
+    (reward.reward_kwargs.overlong_buffer_cfg), verl's `experimental/reward_loop/reward_manager/dapo.py`.
+    Legacy spelling: reward_model.reward_manager."""
+
+
+@dataclass
+class OverlongBufferConfig:
+    enable: bool = False
+    """Penalise responses longer than max_resp_len - len (needs reward.reward_manager.name=dapo)."""
+    len: int = 0
+    """Width of the penalty zone in tokens: the penalty grows linearly across it (DAPO: 4096 of 20480)."""
+    penalty_factor: float = 0.0
+    """The penalty at max_resp_len, i.e. for a response that was cut off (DAPO: 1.0)."""
+    log: bool = False
+    """Also log the penalty (minirl/overlong_reward/mean) and the share penalised (minirl/overlong/mean)."""
+
+
+@dataclass
+class RewardKwargsConfig:
+    """verl 0.9.1 has no defaults here: its DAPO scripts add the keys with Hydra's `+`
+    (`+reward.reward_kwargs.overlong_buffer_cfg.enable=True`); minirl accepts both spellings."""
+
+    overlong_buffer_cfg: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    max_resp_len: int | None = None
+    """The length the overlong zone ends at; DAPO's scripts set data.max_response_length (required when the
+    overlong buffer is on, as in verl)."""
+
+
+@dataclass
 class RewardConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    reward_manager: RewardManagerConfig = field(default_factory=RewardManagerConfig)
+    reward_kwargs: RewardKwargsConfig = field(default_factory=RewardKwargsConfig)
 
 
 @dataclass
@@ -372,6 +405,10 @@ ALIASES = {
     "reward_model.model.path": "reward.reward_model.model_path",
     "custom_reward_function.path": "reward.custom_reward_function.path",
     "custom_reward_function.name": "reward.custom_reward_function.name",
+    "reward_model.reward_manager": "reward.reward_manager.name",
+    **{f"reward_model.reward_kwargs.{key}": f"reward.reward_kwargs.{key}" for key in (
+        "max_resp_len", "overlong_buffer_cfg.enable", "overlong_buffer_cfg.len", "overlong_buffer_cfg.penalty_factor",
+        "overlong_buffer_cfg.log")},
 }
 
 # Why a verl key has no effect in minirl, by glob pattern (first match wins).
@@ -475,6 +512,8 @@ def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
             raise ValueError(f"unknown config key {key!r}.{hint} See minirl/config.py for every key.")
     return parsed
 
+
+REWARD_MANAGERS = ("naive", "dapo")  # verl registers more (prime, batch, ...); minirl has these two
 
 SUPPORTED_LOGGERS = ("console", "tensorboard", "wandb")
 # verl 0.9.1's verl/utils/tracking.py::Tracking.supported_backend
@@ -615,6 +654,20 @@ def validate_config(config: Config) -> None:
     if data.val_max_samples == 0 and trainer.test_freq > 0:
         problems.append("data.val_max_samples=0 leaves nothing to validate on: set it to -1 (all) or a positive "
                         "number, or turn validation off with trainer.test_freq=-1")
+    manager, kwargs = config.reward.reward_manager, config.reward.reward_kwargs
+    choice("reward.reward_manager.name", manager.name, REWARD_MANAGERS)
+    overlong = kwargs.overlong_buffer_cfg
+    if overlong.enable:
+        if manager.name != "dapo":
+            problems.append("reward.reward_kwargs.overlong_buffer_cfg.enable=true acts only in DAPO's reward manager: "
+                            "also set reward.reward_manager.name=dapo (verl would silently ignore it)")
+        if kwargs.max_resp_len is None:
+            problems.append("reward.reward_kwargs.overlong_buffer_cfg.enable=true needs reward.reward_kwargs."
+                            f"max_resp_len, normally data.max_response_length ({data.max_response_length})")
+        elif not 0 < overlong.len <= kwargs.max_resp_len:
+            problems.append(f"reward.reward_kwargs.overlong_buffer_cfg.len must be in (0, max_resp_len="
+                            f"{kwargs.max_resp_len}] (got {overlong.len}); to switch the penalty off set "
+                            "overlong_buffer_cfg.enable=false")
     if config.reward.reward_model.enable and not config.reward.reward_model.model_path:
         problems.append("reward.reward_model.enable=true needs reward.reward_model.model_path (a directory saved by "
                         "`python -m minirl train-rm`)")

@@ -4,10 +4,12 @@ DAPO (Yu et al. 2025) is less a new formula than a set of recipe choices that ke
 chain-of-thought RL stable. Two of them already live elsewhere in minirl:
 clip-higher is `clip_ratio_low`/`clip_ratio_high` of `minirl.ppo.compute_policy_loss`, and the
 token-level loss is `loss_agg_mode="token-mean"` of `minirl.core.agg_loss`. This file holds the
-other two and the recipe's defaults. Chapter 5 (DAPO / Dr.GRPO) reads it.
+other two, the reward manager that applies the overlong penalty, and the recipe's defaults.
+Chapter 5 (DAPO / Dr.GRPO) reads it.
 
-verl: `verl/workers/reward_manager/dapo.py::DAPORewardManager.__call__` (overlong shaping) and
-the DAPO recipe's `RayDAPOTrainer.fit` / verl 0.9.1's `v1/replay_buffer.py` (dynamic sampling).
+verl: `verl/experimental/reward_loop/reward_manager/dapo.py::DAPORewardManager.run_single` (overlong
+shaping; the older `verl/workers/reward_manager/dapo.py` has the same branch) and the DAPO recipe's
+`RayDAPOTrainer.fit` / verl 0.9.1's `v1/replay_buffer.py` (dynamic sampling).
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from minirl.core import group_index
+from minirl.core import group_index, place_scores_on_last_token
+from minirl.rewards import NaiveRewardManager
 
 # The DAPO recipe's defaults (verl config keys in comments).
 CLIP_RATIO_LOW = 0.2  # actor_rollout_ref.actor.clip_ratio_low
 CLIP_RATIO_HIGH = 0.28  # actor_rollout_ref.actor.clip_ratio_high: "clip-higher" leaves room to raise rare tokens
 LOSS_AGG_MODE = "token-mean"  # actor_rollout_ref.actor.loss_agg_mode: long answers are not down-weighted per token
-OVERLONG_BUFFER_LEN = 4096  # reward_model.overlong_buffer.len (with data.max_response_length=20480)
-OVERLONG_PENALTY_FACTOR = 1.0  # reward_model.overlong_buffer.penalty_factor
+OVERLONG_BUFFER_LEN = 4096  # reward.reward_kwargs.overlong_buffer_cfg.len (with data.max_response_length=20480)
+OVERLONG_PENALTY_FACTOR = 1.0  # reward.reward_kwargs.overlong_buffer_cfg.penalty_factor
 
 
 def compute_overlong_penalty(
@@ -87,3 +90,43 @@ def filter_groups(metric_values, index) -> tuple[torch.Tensor, int]:
     keep_group = (group_max > group_min) | (size == 1)
     kept_rows = torch.nonzero(keep_group[inverse]).squeeze(-1)
     return kept_rows, int((~keep_group).sum().item())
+
+
+class DAPORewardManager(NaiveRewardManager):
+    """The naive reward manager plus DAPO's overlong penalty (`reward.reward_manager.name=dapo`).
+
+    With an overlong buffer, each row's reward is `score + compute_overlong_penalty(length)`, placed on the
+    last valid token; without one, it is the naive manager. The reward function's own values (score, acc,
+    ...) are logged unchanged; with `log=True` the penalty and whether it applied are logged too
+    (`minirl/overlong_reward/mean`, `minirl/overlong/mean`), the extra values verl's manager returns.
+
+    Args:
+        tokenizer, compute_score: as for `NaiveRewardManager`.
+        overlong_buffer_len: reward.reward_kwargs.overlong_buffer_cfg.len, or None when the buffer is off.
+        max_resp_len: reward.reward_kwargs.max_resp_len (needed with a buffer).
+        penalty_factor, log: reward.reward_kwargs.overlong_buffer_cfg.{penalty_factor,log}.
+    """
+
+    def __init__(self, tokenizer, compute_score=None, overlong_buffer_len: int | None = None,
+                 max_resp_len: int | None = None, penalty_factor: float = 0.0, log: bool = False):
+        super().__init__(tokenizer, compute_score)
+        if overlong_buffer_len is not None:
+            if max_resp_len is None:
+                raise ValueError("the overlong buffer needs max_resp_len (reward.reward_kwargs.max_resp_len).")
+            compute_overlong_penalty(torch.zeros(1), max_resp_len, overlong_buffer_len, penalty_factor)  # checks
+        self.overlong_buffer_len, self.max_resp_len = overlong_buffer_len, max_resp_len
+        self.penalty_factor, self.log = penalty_factor, log
+
+    def __call__(self, batch: dict) -> tuple[torch.Tensor, dict[str, list]]:
+        """Score a batch (see `NaiveRewardManager.__call__`), then add the overlong penalty per row."""
+        token_level_scores, extra = super().__call__(batch)
+        if self.overlong_buffer_len is None:
+            return token_level_scores, extra
+        response_mask = batch["response_mask"].cpu()
+        penalty = compute_overlong_penalty(response_mask.sum(-1), self.max_resp_len, self.overlong_buffer_len,
+                                           self.penalty_factor)
+        token_level_scores = token_level_scores + place_scores_on_last_token(penalty, response_mask)
+        if self.log:
+            extra["overlong_reward"] = penalty.tolist()
+            extra["overlong"] = (penalty < 0).tolist()
+        return token_level_scores, extra

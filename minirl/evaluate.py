@@ -7,6 +7,8 @@ metrics as verl does.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 import torch
 
 from minirl import models
@@ -25,12 +27,13 @@ def evaluate(model, tokenizer, rows: list[dict], response_length: int, max_promp
         rows: dicts with `prompt`, `data_source`, `reward_model` (as read from a verl parquet file).
         do_sample: False for greedy decoding (verl's validation default), True to sample.
     Returns:
-        {"reward": mean score, "acc": mean accuracy, "response_length": mean valid length}.
+        {"reward": mean score, "acc": mean accuracy, "response_length": mean valid length}, plus the mean of
+        every other number the reward function returns (e.g. "format" and "worked" on the chain task).
     """
     if not rows:
         raise ValueError("evaluate got no rows: the validation dataset is empty.")
     reward_manager = NaiveRewardManager(tokenizer)
-    scores, accs, lengths = [], [], []
+    scores, accs, lengths, others = [], [], [], defaultdict(list)
     for start in range(0, len(rows), batch_size):
         chunk = rows[start : start + batch_size]
         prompts = encode_prompts(tokenizer, [row["prompt"] for row in chunk], max_prompt_length)
@@ -44,8 +47,12 @@ def evaluate(model, tokenizer, rows: list[dict], response_length: int, max_promp
         scores += token_level_scores.sum(-1).tolist()
         accs += [float(a) for a in extra.get("acc", [0.0] * len(chunk))]
         lengths += out["response_length"].tolist()
+        for key, values in extra.items():
+            if key not in ("acc", "score") and all(isinstance(v, int | float) for v in values):
+                others[key] += [float(v) for v in values]
     return {"reward": sum(scores) / len(scores), "acc": sum(accs) / len(accs),
-            "response_length": sum(lengths) / len(lengths)}
+            "response_length": sum(lengths) / len(lengths),
+            **{key: sum(values) / len(values) for key, values in others.items() if len(values) == len(rows)}}
 
 
 @torch.no_grad()

@@ -130,6 +130,32 @@ def compute_math_score(solution_str: str, ground_truth: str) -> dict:
     return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
 
 
+def compute_math_verify_score(solution_str: str, ground_truth: str, timeout_score: float = 0.0) -> float:
+    r"""1.0 if the math-verify library finds the response's answer equal to the ground truth, else 0.0.
+
+    verl's `utils/reward_score/math_verify.py::compute_score`: the ground truth is wrapped in oxed{} and
+    parsed as LaTeX; the response is parsed as LaTeX and as a plain expression; the score is 1 if any parse
+    of the response is mathematically equal to the truth ("26.0" and "rac{52}{2}" equal "26"). It looks
+    for the last answer-like expression anywhere, with no "####" or format required. verl runs it in a
+    process pool with a 30 s timeout; minirl calls it in-process. An error or a timeout scores
+    `timeout_score` (verl prints the error and scores 0.0). Needs `pip install math-verify`.
+    """
+    from math_verify.errors import TimeoutException
+    from math_verify.grader import verify
+    from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    try:
+        gold = parse("\\boxed{" + ground_truth + "}", (LatexExtractionConfig(),))
+        pred = parse(solution_str, (ExprExtractionConfig(), LatexExtractionConfig()))
+        if gold and pred:
+            return max(1.0 if any(verify(g, p) for g in gold) else 0.0 for p in pred)
+    except TimeoutException:
+        return timeout_score
+    except Exception:  # noqa: BLE001 - a verifier must score, never crash a training step (verl: 0.0)
+        return 0.0
+    return 0.0
+
+
 # ----------------------------------------------------------------------------------------------
 # The chain task (Chapters 5 and 8): "<think>7+5=12, 12+8=20</think> #### 20"
 # ----------------------------------------------------------------------------------------------

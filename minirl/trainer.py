@@ -40,7 +40,7 @@ from minirl import models
 from minirl.advantage import compute_advantage
 from minirl.config import TINY, Config, load_config, to_yaml
 from minirl.core import agg_loss
-from minirl.dapo import filter_groups
+from minirl.dapo import DAPORewardManager, filter_groups
 from minirl.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty
 from minirl.metrics import (
     Tracking,
@@ -115,12 +115,16 @@ class PPOTrainer:
         # verl 0.9.1: a custom reward function, if set, scores; else a reward model, if enabled, scores alone;
         # else the rules of minirl/rewards.py, chosen by data_source
         custom = cfg.reward.custom_reward_function
-        if custom.path:
-            self.reward_fn = NaiveRewardManager(self.tokenizer, load_custom_reward_function(custom.path, custom.name))
-        elif cfg.reward.reward_model.enable:
+        compute_score = load_custom_reward_function(custom.path, custom.name) if custom.path else None
+        if cfg.reward.reward_model.enable and not custom.path:
             self.reward_fn = RewardModelScorer(cfg.reward.reward_model.model_path, self.tokenizer)
+        elif cfg.reward.reward_manager.name == "dapo":  # the rule or custom score plus DAPO's overlong penalty
+            kwargs = cfg.reward.reward_kwargs
+            overlong = kwargs.overlong_buffer_cfg
+            self.reward_fn = DAPORewardManager(self.tokenizer, compute_score, overlong.len if overlong.enable else None,
+                                               kwargs.max_resp_len, overlong.penalty_factor, overlong.log)
         else:
-            self.reward_fn = NaiveRewardManager(self.tokenizer)
+            self.reward_fn = NaiveRewardManager(self.tokenizer, compute_score)
         # verl's dataloader yields batches of gen_batch_size (or train_batch_size) prompts and drops the last
         # partial batch of each epoch; total_training_steps defaults to total_epochs passes over it.
         self.loader_batch_size = data.gen_batch_size or data.train_batch_size

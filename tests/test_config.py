@@ -95,6 +95,19 @@ def test_deprecated_spellings_move_to_verl_keys_with_a_notice(capsys):
     assert "trainer.seed is deprecated" in err and "using data.seed" in err and "optim.clip_grad" in err
 
 
+def test_dapo_overlong_keys_take_verls_spellings(capsys):
+    """verl 0.9.1's DAPO scripts add the keys with `+reward.reward_kwargs...`; the legacy reward_model.* block works."""
+    verl_style = ["reward.reward_manager.name=dapo", "+reward.reward_kwargs.overlong_buffer_cfg.enable=True",
+                  "+reward.reward_kwargs.overlong_buffer_cfg.len=8", "+reward.reward_kwargs.max_resp_len=20",
+                  "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0"]
+    legacy = ["reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+              "+reward_model.reward_kwargs.overlong_buffer_cfg.len=8", "+reward_model.reward_kwargs.max_resp_len=20",
+              "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0"]
+    a, b = config_lib.load_config(verl_style), config_lib.load_config(legacy)
+    assert a == b and a.reward.reward_manager.name == "dapo" and a.reward.reward_kwargs.overlong_buffer_cfg.len == 8
+    assert "reward_model.reward_manager is deprecated" in capsys.readouterr().err
+
+
 def test_critic_follows_the_actor_unless_set():
     config = config_lib.load_config(["actor_rollout_ref.actor.ppo_epochs=3", "actor_rollout_ref.actor.shuffle=true",
                                      "actor_rollout_ref.actor.ppo_mini_batch_size=8"], announce=False)
@@ -116,6 +129,13 @@ def test_critic_follows_the_actor_unless_set():
     (["critic.ppo_mini_batch_size=5"], "critic.ppo_mini_batch_size=5 must divide"),
     (["data.train_files=[]"], "data.train_files must be a file path or a non-empty list"),
     (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=0"], "ppo_micro_batch_size_per_gpu must be >= 1"),
+    (["reward.reward_manager.name=prime"], "naive, dapo"),
+    (["+reward.reward_kwargs.overlong_buffer_cfg.enable=true", "+reward.reward_kwargs.max_resp_len=20",
+      "+reward.reward_kwargs.overlong_buffer_cfg.len=4"], "also set reward.reward_manager.name=dapo"),
+    (["reward.reward_manager.name=dapo", "reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+      "reward.reward_kwargs.overlong_buffer_cfg.len=4"], "needs reward.reward_kwargs.max_resp_len"),
+    (["reward.reward_manager.name=dapo", "reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+      "reward.reward_kwargs.max_resp_len=20"], "to switch the penalty off set overlong_buffer_cfg.enable=false"),
 ])
 def test_bad_values_say_what_to_change(overrides, message):
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):

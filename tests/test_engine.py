@@ -416,6 +416,9 @@ def test_scorers_never_raise_and_stay_in_range_on_adversarial_strings(pieces, tr
     assert result["score"] in (-1.0, 1.0) and result["acc"] == (result["score"] == 1.0)
     for method in ("strict", "flexible"):
         rewards.extract_solution(response, method)
+    assert rewards.compute_math_verify_score(response, truth) in (0.0, 1.0)
+    assert rewards.r1_score("minirl/chain_sum", response, truth)["score"] in (0.0, 0.1, 1.0, 1.1)
+    assert rewards.lenient_score("minirl/chain_sum", response, truth)["score"] in (0.0, 1.0)
 
 
 def test_scorers_are_fast_on_long_pathological_strings():
@@ -425,3 +428,4 @@ def test_scorers_are_fast_on_long_pathological_strings():
         rewards.compute_math_score(response, "7")
         rewards.compute_gsm8k_score(response, "7")
         rewards.compute_gsm8k_score(response, "7", method="flexible")
+        rewards.compute_math_verify_score(response, "7")

@@ -216,6 +216,22 @@ def test_a_kill_between_a_metrics_line_and_its_checkpoint_loses_nothing(tmp_path
     assert (run_dir / LATEST_FILE).read_text() == "2" and not list(run_dir.glob(".tmp-*"))
 
 
+def test_dapo_reward_manager_subtracts_the_overlong_penalty_and_logs_it(tmp_path):
+    """A buffer as wide as the whole response budget penalises every response by length/max * factor."""
+    common = ["trainer.total_training_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=False",
+              "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    plain = run(tmp_path, *common, name="plain")[-1]
+    shaped = run(tmp_path, *common, "reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=20",
+                 "+reward.reward_kwargs.overlong_buffer_cfg.enable=True", "+reward.reward_kwargs.overlong_buffer_cfg.len=20",
+                 "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+                 "+reward.reward_kwargs.overlong_buffer_cfg.log=True", name="shaped")[-1]
+    assert shaped["minirl/acc/mean"] == plain["minirl/acc/mean"]  # same seed, same samples, same rule score
+    penalty = -(shaped["response_length/mean"] / 20)  # max_resp_len - len = 0: every token costs 1/20
+    assert shaped["minirl/overlong_reward/mean"] == pytest.approx(penalty, abs=1e-6)
+    assert shaped["minirl/overlong/mean"] == 1.0
+    assert shaped["critic/score/mean"] == pytest.approx(plain["critic/score/mean"] + penalty, abs=1e-5)
+
+
 def test_a_custom_reward_function_scores_and_its_extra_values_are_logged(tmp_path):
     reward_file = tmp_path / "my_reward.py"
     reward_file.write_text(

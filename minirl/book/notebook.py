@@ -61,6 +61,53 @@ def run_seeds(run_one, name: str, *overrides: str) -> list[list[dict]]:
     return [run_one(f"{name}/seed{seed}", *overrides, f"data.seed={seed}") for seed in seeds()]
 
 
+def run_grid(runs_dir, variants: dict[str, list[str]], *common: str, workers: int = 2) -> dict[str, list[list[dict]]]:
+    """Train every (variant, seed) pair as its own `python -m minirl train` process, `workers` at a time.
+
+    The book's runs use one thread each (minirl/parallel.py::apply_thread_policy), so on a 2-core laptop two
+    runs side by side take about the time of one. Each run writes `<runs_dir>/<variant>/seed<seed>/` with
+    `trainer.resume_mode=disable` (an earlier run there is set aside, never overwritten); `common` overrides
+    go to every run, then the variant's, then `data.seed`. Returns {variant: [metrics records per seed]}
+    in the order of `seeds()`.
+
+    Raises:
+        RuntimeError: a run failed; the message holds the end of its stderr.
+    """
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from minirl.plot import load_metrics
+
+    jobs = [(label, seed, Path(runs_dir) / label / f"seed{seed}") for label in variants for seed in seeds()]
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    running, waiting = [], list(jobs)
+    while waiting or running:
+        while waiting and len(running) < workers:
+            label, seed, run_dir = waiting.pop(0)
+            cmd = [sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={run_dir}",
+                   "trainer.resume_mode=disable", "trainer.logger=[]", "trainer.progress_bar=false", *common,
+                   *variants[label], f"data.seed={seed}"]
+            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty run can never block on it
+            running.append((label, seed, log, subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)))
+        for job in list(running):
+            label, seed, log, proc = job
+            if proc.poll() is None:
+                continue
+            running.remove(job)
+            log.seek(0)
+            error = log.read()
+            log.close()
+            if proc.returncode != 0:
+                for *_, other in running:
+                    other.kill()
+                raise RuntimeError(f"run {label} (seed {seed}) failed with exit {proc.returncode}:\n{error[-2000:]}")
+        time.sleep(0.2)
+    return {label: [load_metrics(run_dir) for name, _, run_dir in jobs if name == label] for label in variants}
+
+
 def _x_values(records: list[dict], key: str, x: str) -> tuple[list[float], list[float]]:
     """(x, y) of `key` over a run; x is the step, the cumulative tokens (prompt + response, every
     sampled response counted) or the cumulative training seconds at that step."""

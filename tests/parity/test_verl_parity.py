@@ -263,6 +263,9 @@ class _SilentTokenizer:
     def decode(self, ids, skip_special_tokens=True):
         return ""
 
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return ["" for _ in rows]
+
 
 @pytest.mark.parametrize("max_len, buffer, factor", [(12, 4, 1.0), (12, 12, 0.5), (20, 3, 2.0)])
 def test_overlong_penalty_matches_dapo_reward_manager(max_len, buffer, factor):
@@ -283,6 +286,15 @@ def test_overlong_penalty_matches_dapo_reward_manager(max_len, buffer, factor):
     verl_rewards = manager(data)[torch.arange(batch), lengths - 1]  # score 0 + overlong penalty, on the last token
     ours = dapo.compute_overlong_penalty(lengths, max_len, buffer, factor)
     assert_close("compute_overlong_penalty", ours, verl_rewards, torch.float32)
+    # the whole manager: token_level_scores (score 0.5 + penalty on the last valid token), tensor for tensor
+    verl_manager = DAPORewardManager(_SilentTokenizer(), num_examine=0, compute_score=lambda **kw: 0.5,
+                                     max_resp_len=max_len,
+                                     overlong_buffer_cfg=Cfg(enable=True, len=buffer, penalty_factor=factor, log=False))
+    ours_manager = dapo.DAPORewardManager(_SilentTokenizer(), lambda **kw: 0.5, buffer, max_len, factor)
+    scores, _ = ours_manager({"responses": data.batch["responses"], "response_mask": attention_mask[:, prompt_len:],
+                              "reward_model": list(data.non_tensor_batch["reward_model"]),
+                              "data_source": list(data.non_tensor_batch["data_source"])})
+    assert_close("DAPORewardManager", scores, verl_manager(data), torch.float32)
 
 
 @pytest.mark.parametrize("sizes", GROUP_SIZES, ids=lambda s: "groups" + "-".join(map(str, s)))
