@@ -149,6 +149,31 @@ def bootstrap_metric(values: list[float], subset_size: int, reduce_fns, n_bootst
     return results
 
 
+def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+    """The unbiased pass@k estimator (Chen et al. 2021): P(at least one of k draws without replacement is right).
+
+        pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i)
+
+    from n samples of which c are right (the product form never builds a huge binomial). verl's validation
+    reports a bootstrap cousin, `best@k/mean` (k draws *with* replacement, `bootstrap_metric` above): both
+    answer "if I sample k answers, is one of them right?"; pass@k is exact and unbiased for draws without
+    replacement.
+
+    Args:
+        num_samples: n >= 1 responses sampled for one prompt.
+        num_correct: c in [0, n] of them right.
+        k: 1 <= k <= n.
+    Returns:
+        a float in [0, 1]; average it over prompts for the dataset's pass@k.
+    """
+    if not (num_samples >= 1 and 0 <= num_correct <= num_samples and 1 <= k <= num_samples):
+        raise ValueError(f"pass_at_k needs n >= 1, 0 <= c <= n and 1 <= k <= n; got n={num_samples}, "
+                         f"c={num_correct}, k={k}.")
+    if num_samples - num_correct < k:  # every k-subset holds a right answer
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(num_samples - num_correct + 1, num_samples + 1)))
+
+
 def _sample_sizes(n: int) -> list[int]:
     """verl's gen_ns: the powers of two below n, then n (nothing for n <= 1)."""
     if n <= 1:

@@ -198,12 +198,14 @@ def r1_score(data_source: str, solution_str: str, ground_truth: str, extra_info:
 def lenient_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> dict:
     """A too-lenient verifier, for Chapter 8 to attack: full reward if the right number appears anywhere.
 
-    Do not train with it: a response that lists many numbers can collect the reward without computing.
-    "strict_acc" logs what the strict rule (`compute_chain_score`) says of the same response.
+    Do not train with it: a response can collect the reward without a right final answer, e.g. by listing
+    many numbers, or by writing the right running sum and then any final answer. "acc" is what the strict
+    rule (`compute_chain_score`) says of the same response, so `minirl/acc/mean` and validation's
+    `val-core/.../acc` report the truth while `critic/score/mean` reports what the policy is paid.
     """
     numbers = re.findall(r"-?\d+", solution_str[-SOLUTION_CLIP_CHARS:])
     strict = compute_chain_score(solution_str, ground_truth)
-    return {"score": 1.0 if ground_truth.strip() in numbers else 0.0, "strict_acc": strict["score"],
+    return {"score": 1.0 if ground_truth.strip() in numbers else 0.0, "acc": strict["acc"],
             "worked": strict["worked"], "numbers": float(len(numbers))}
 
 

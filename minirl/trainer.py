@@ -354,6 +354,12 @@ class PPOTrainer:
             values = batch[key]
             if all(isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating)) for v in values):
                 metrics[f"minirl/{key}/mean"] = float(np.mean([float(v) for v in values]))
+        if "acc" in batch.non_tensor_batch:  # Dr.GRPO's length-bias argument is about wrong answers' lengths
+            right = torch.tensor([bool(v) for v in batch["acc"]])
+            lengths = batch["response_mask"].sum(-1).float()
+            for name, rows in (("correct", right), ("wrong", ~right)):
+                if rows.any():
+                    metrics[f"minirl/response_length/{name}_mean"] = lengths[rows].mean().item()
         _, zero_spread = filter_groups(batch["token_level_scores"].sum(-1), batch["uid"])
         metrics["minirl/zero_spread_group_frac"] = zero_spread / len(set(batch["uid"]))
         return metrics, batch

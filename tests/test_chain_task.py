@@ -54,7 +54,7 @@ def test_r1_and_lenient_rewards_by_hand():
     assert rewards.r1_score(data.CHAIN_SOURCE, "<think>7+5=13</think> #### 27", "26")["score"] == pytest.approx(0.1)
     listing = "#### 24 25 26 27"  # the hack the lenient rule invites
     assert rewards.lenient_score(data.CHAIN_SOURCE, listing, "26")["score"] == 1.0
-    assert rewards.lenient_score(data.CHAIN_SOURCE, listing, "26")["strict_acc"] == 0.0
+    assert rewards.lenient_score(data.CHAIN_SOURCE, listing, "26")["acc"] is False
     assert rewards.lenient_score(data.CHAIN_SOURCE, "#### 261", "26")["score"] == 0.0  # whole numbers only
 
 

@@ -164,3 +164,30 @@ def test_chapter6_dpo_raises_the_gold_reward_over_sft(preference_setup, tmp_path
     sft = evaluate_against_reference(warm, warm, rows, 48)
     trained = evaluate_against_reference(tmp_path / "dpo", warm, rows, 48)
     assert trained["gold"] > sft["gold"] + 0.08, (sft, trained)
+
+
+def test_chapter8_thinking_emerges_and_a_lenient_verifier_is_exploited(tmp_path):
+    """Chapter 8, sections 3 and 5, on half the chapter's batch (16 prompts x 8), seed 0, 40 steps at lr 3e-4:
+    under the strict verifier the share of worked answers rises (0.26 at the warm start, above 0.9 by the end);
+    under the lenient one the policy is paid for wrong answers (last 10 steps: paid 0.75, right 0.65) and ends
+    less accurate than the strictly trained policy (0.65 vs 0.75)."""
+    from minirl import rewards, sft
+
+    chain = [*sft.train_overrides(sft.default_warm_start(sft.CHAIN_SFT, show_progress=False), sft.CHAIN_SFT),
+             "actor_rollout_ref.actor.optim.lr=3e-4", "data.train_batch_size=16",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "trainer.total_training_steps=40",
+             "trainer.test_freq=-1", "trainer.val_before_train=False"]
+    strict = run(tmp_path, *chain, name="strict")
+    lenient = run(tmp_path, *chain, f"reward.custom_reward_function.path={rewards.__file__}",
+                  "reward.custom_reward_function.name=lenient_score", name="lenient")
+
+    def late(records, key):  # the mean over the last 10 steps: one step's 128 answers are a noisy sample
+        return sum(r[key] for r in records[-10:]) / 10
+
+    assert strict[0]["minirl/worked/mean"] < 0.5 and late(strict, "minirl/worked/mean") > 0.85, \
+        [round(r["minirl/worked/mean"], 2) for r in strict]
+    assert late(strict, "minirl/acc/mean") > strict[0]["minirl/acc/mean"] + 0.2
+    paid, right = late(lenient, "critic/score/mean"), late(lenient, "minirl/acc/mean")
+    assert paid - right > 0.05, (paid, right)  # the lenient rule pays for wrong answers
+    assert late(strict, "critic/score/mean") == late(strict, "minirl/acc/mean")  # the strict rule pays only right ones
+    assert late(strict, "minirl/acc/mean") > right + 0.04, (late(strict, "minirl/acc/mean"), right)

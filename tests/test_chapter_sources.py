@@ -42,6 +42,7 @@ ANSWERS = {
     "04_grpo": ["grpo.compute_grpo_outcome_advantage", "core.group_mean_std"],
     "06_dpo": ["dpo.dpo_loss", "dpo.dpo_metrics"],
     "07_baselines": ["rloo.compute_rloo_outcome_advantage", "remax.compute_remax_outcome_advantage"],
+    "08_r1": ["rewards.think_format", "rewards.extract_solution", "metrics.pass_at_k"],
 }
 
 

@@ -90,8 +90,9 @@ def grade(target: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, str], st
     )
     results = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
-        failure = case.find("failure")
-        results[case.get("name")] = "passed" if failure is None else (failure.get("message") or "")
+        # a failure, an error (e.g. a missing chapter file) or a skip is never "passed"
+        problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
+        results[case.get("name")] = "passed" if problem is None else (problem.get("message") or problem.tag)
     return results, proc.stdout
 
 
@@ -512,9 +513,23 @@ def aggregate_loss(loss_mat, loss_mask, loss_agg_mode):
     return (loss_mat * loss_mask).sum() / loss_mask.sum()                  # token-mean for every mode
 '''
 
+WRONG_CH08 = '''
+import re
+
+def think_format(solution_str):
+    return 1.0 if re.fullmatch(r"<think>.*</think>\\s*#### -?\\d[\\d,.]*", solution_str.strip(), re.S) else 0.0  # greedy, \\d
+
+def extract_answer(solution_str):
+    m = re.search(r"#### (\\-?[0-9\\.\\,]+)", solution_str)            # first match, whole string
+    return m.group(1).replace(",", "") if m else None
+
+def pass_at_k(num_samples, num_correct, k):
+    return 1 - (1 - num_correct / num_samples) ** k                    # with replacement, no checks
+'''
+
 WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
          "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch06_dpo": WRONG_CH06_NAIVE,
-         "ch07_baselines": WRONG_CH07_GRPO_LIKE}
+         "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08}
 
 
 def marked_checks() -> dict[str, int]:
@@ -533,7 +548,8 @@ def marked_checks() -> dict[str, int]:
 def test_make_grade_passes_one_exercise_to_pytest():
     makefile = (REPO / "Makefile").read_text()
     assert "$(if $(EX),--exercise $(EX))" in makefile
-    for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "06_dpo", "07_baselines"):  # same command
+    for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "06_dpo", "07_baselines",
+                    "08_r1"):  # same command
         assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
 
 
