@@ -31,7 +31,6 @@
 import json
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
@@ -137,7 +136,8 @@ STEPS = 3 if fast_mode() else 40
 COMMON = [*sft.train_overrides(MIXED, sft.CHAIN_SFT), "actor_rollout_ref.actor.optim.lr=3e-4",
           f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}", f"trainer.save_freq={STEPS}",
           "trainer.val_before_train=False", f"data.val_max_samples={20 if fast_mode() else 100}"]
-LENIENT = ["reward.custom_reward_function.path=../minirl/rewards.py", "reward.custom_reward_function.name=lenient_score"]
+LENIENT = ["reward.custom_reward_function.path=../minirl/rewards.py",
+           "reward.custom_reward_function.name=lenient_score"]
 verifiers = run_grid(RUNS, {"strict": [], "lenient": LENIENT}, *COMMON)
 emergence = {"strict verifier": verifiers["strict"]}
 plot_comparison(emergence, [("minirl/acc/mean", "accuracy of the sampled answers", "step"),

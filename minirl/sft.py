@@ -257,7 +257,8 @@ def default_warm_start(config: SFTConfig | None = None, cache_dir: str | Path | 
     return target
 
 
-def train_overrides(model_dir: str | Path, config: SFTConfig | None = None, data_dir: str | Path | None = None) -> list[str]:
+def train_overrides(model_dir: str | Path, config: SFTConfig | None = None,
+                    data_dir: str | Path | None = None) -> list[str]:
     """The trainer overrides that run RL from a warm start: its model, its task's data, its response budget.
 
     `model_dir` may be a warm start or any model fine-tuned from one (e.g. a cold start); the data come

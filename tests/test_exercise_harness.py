@@ -517,7 +517,8 @@ WRONG_CH08 = '''
 import re
 
 def think_format(solution_str):
-    return 1.0 if re.fullmatch(r"<think>.*</think>\\s*#### -?\\d[\\d,.]*", solution_str.strip(), re.S) else 0.0  # greedy, \\d
+    pattern = r"<think>.*</think>\\s*#### -?\\d[\\d,.]*"                      # greedy .*, \\d
+    return 1.0 if re.fullmatch(pattern, solution_str.strip(), re.S) else 0.0
 
 def extract_answer(solution_str):
     m = re.search(r"#### (\\-?[0-9\\.\\,]+)", solution_str)            # first match, whole string

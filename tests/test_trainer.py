@@ -222,7 +222,8 @@ def test_dapo_reward_manager_subtracts_the_overlong_penalty_and_logs_it(tmp_path
               "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
     plain = run(tmp_path, *common, name="plain")[-1]
     shaped = run(tmp_path, *common, "reward.reward_manager.name=dapo", "+reward.reward_kwargs.max_resp_len=20",
-                 "+reward.reward_kwargs.overlong_buffer_cfg.enable=True", "+reward.reward_kwargs.overlong_buffer_cfg.len=20",
+                 "+reward.reward_kwargs.overlong_buffer_cfg.enable=True",
+                 "+reward.reward_kwargs.overlong_buffer_cfg.len=20",
                  "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
                  "+reward.reward_kwargs.overlong_buffer_cfg.log=True", name="shaped")[-1]
     assert shaped["minirl/acc/mean"] == plain["minirl/acc/mean"]  # same seed, same samples, same rule score
