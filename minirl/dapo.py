@@ -62,8 +62,9 @@ def filter_groups(metric_values, index) -> tuple[torch.Tensor, int]:
 
     A group whose responses all got the same reward (all right or all wrong) has GRPO advantage 0
     for every member: it costs compute and teaches nothing. verl keeps a group iff its population
-    std (np.std, ddof=0) is > 0 or it has a single member; a std > 0 is the same as "not all values
-    equal", which is what this function tests (exactly, with no floating-point tolerance).
+    std (np.std, ddof=0) is > 0 or it has a single member. This function tests "not all values equal",
+    exactly, with no floating-point tolerance: the same for rewards such as 0/1 or +-1, but not for
+    every float (np.std([0.1] * 3) is 1.4e-17 > 0, so verl keeps that constant group; minirl drops it).
 
     Mirrors the filter in the DAPO recipe's `RayDAPOTrainer.fit` (`algorithm.filter_groups.enable`,
     `algorithm.filter_groups.metric`); the trainer keeps sampling until enough groups survive.

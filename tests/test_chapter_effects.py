@@ -191,3 +191,44 @@ def test_chapter8_thinking_emerges_and_a_lenient_verifier_is_exploited(tmp_path)
     assert paid - right > 0.05, (paid, right)  # the lenient rule pays for wrong answers
     assert late(strict, "critic/score/mean") == late(strict, "minirl/acc/mean")  # the strict rule pays only right ones
     assert late(strict, "minirl/acc/mean") > right + 0.04, (late(strict, "minirl/acc/mean"), right)
+
+
+def chain_grpo(extra_steps: int = 16) -> list[str]:
+    """Chapter 5's base run: the chain task, 16 prompts x 8, 4 mini-batches x 2 epochs, lr 2e-4."""
+    from minirl import sft
+
+    return [*sft.train_overrides(sft.default_warm_start(sft.CHAIN_SFT, show_progress=False), sft.CHAIN_SFT),
+            "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.optim.lr=2e-4",
+            f"trainer.total_training_steps={extra_steps}", "trainer.test_freq=-1", "trainer.val_before_train=False"]
+
+
+def test_chapter5_seq_mean_token_mean_pushes_long_wrong_answers_less_per_token():
+    """Chapter 5, section 3, on a batch sampled from the chain task's warm start: per token, a short wrong answer
+    is pushed down about as hard as a long one under token-mean (ratio 1.1) and Dr.GRPO (1.2), and about 6 times
+    harder under seq-mean-token-mean."""
+    from minirl import core, data, grpo, models, rewards, sft
+    from minirl.rollout import generate_sequences
+
+    warm = sft.default_warm_start(sft.CHAIN_SFT, show_progress=False)
+    tokenizer, policy = models.load_tokenizer(warm), models.load_policy(warm)
+    rows = [r for r in data.read_parquet(warm / "data" / "train.parquet").to_list()[:16] for _ in range(8)]
+    prompts = data.encode_prompts(tokenizer, [r["prompt"] for r in rows], 64)
+    out = generate_sequences(policy, prompts["input_ids"], prompts["attention_mask"], tokenizer.eos_token_id,
+                             tokenizer.pad_token_id, 48, generator=torch.Generator().manual_seed(0))
+    texts = tokenizer.batch_decode([r[:n] for r, n in zip(out["responses"], out["response_length"])],
+                                   skip_special_tokens=True)
+    right = torch.tensor([rewards.compute_chain_score(t, r["reward_model"]["ground_truth"])["score"]
+                          for t, r in zip(texts, rows)])
+    mask = out["response_mask"].float()
+    lengths, uids = mask.sum(-1), [str(i // 8) for i in range(len(rows))]
+    ratios = {}
+    for mode, by_std in (("token-mean", True), ("seq-mean-token-mean", True), ("seq-mean-token-sum-norm", False)):
+        advantages, _ = grpo.compute_grpo_outcome_advantage(core.place_scores_on_last_token(right, mask), mask, uids,
+                                                            norm_adv_by_std_in_grpo=by_std)
+        token_losses = torch.zeros_like(mask, requires_grad=True)
+        core.agg_loss(token_losses, mask, mode).backward()
+        push = (token_losses.grad * advantages).abs().sum(-1) / lengths
+        wrong = (right == 0) & (advantages[:, 0] != 0)
+        ratios[mode] = (push[wrong & (lengths <= 12)].mean() / push[wrong & (lengths >= 30)].mean()).item()
+    assert ratios["seq-mean-token-mean"] > 3 * max(ratios["token-mean"], ratios["seq-mean-token-sum-norm"]), ratios

@@ -40,6 +40,7 @@ ANSWERS = {
     "02_gae": ["gae.compute_gae_advantage_return", "core.masked_whiten"],
     "03_rlhf": ["reward_model.bradley_terry_loss", "kl.apply_kl_penalty", "kl.kl_penalty_forward"],
     "04_grpo": ["grpo.compute_grpo_outcome_advantage", "core.group_mean_std"],
+    "05_dapo": ["dapo.compute_overlong_penalty", "dapo.filter_groups"],
     "06_dpo": ["dpo.dpo_loss", "dpo.dpo_metrics"],
     "07_baselines": ["rloo.compute_rloo_outcome_advantage", "remax.compute_remax_outcome_advantage"],
     "08_r1": ["rewards.think_format", "rewards.extract_solution", "metrics.pass_at_k"],

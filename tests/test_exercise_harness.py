@@ -528,9 +528,29 @@ def pass_at_k(num_samples, num_correct, k):
     return 1 - (1 - num_correct / num_samples) ** k                    # with replacement, no checks
 '''
 
+WRONG_CH05 = '''
+import torch
+
+def compute_overlong_penalty(response_lengths, max_response_length, overlong_buffer_len, penalty_factor):
+    expected = max_response_length - overlong_buffer_len
+    exceed = response_lengths.float() - expected
+    return -exceed.abs() / overlong_buffer_len * penalty_factor          # abs, not min(..., 0); no checks
+
+def filter_groups(metric_values, index):
+    values = torch.as_tensor(metric_values, dtype=torch.float32)
+    kept, dropped = [], 0
+    for label in dict.fromkeys(index):
+        rows = [i for i, other in enumerate(index) if other == label]
+        if 0 < values[rows].mean() < 1:                                  # only right for 0/1 rewards; drops singletons
+            kept += rows                                                 # grouped by label, not in row order
+        else:
+            dropped += 1
+    return torch.tensor(kept, dtype=torch.long), dropped
+'''
+
 WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
-         "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch06_dpo": WRONG_CH06_NAIVE,
-         "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08}
+         "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch05_dapo": WRONG_CH05,
+         "ch06_dpo": WRONG_CH06_NAIVE, "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08}
 
 
 def marked_checks() -> dict[str, int]:
@@ -549,7 +569,7 @@ def marked_checks() -> dict[str, int]:
 def test_make_grade_passes_one_exercise_to_pytest():
     makefile = (REPO / "Makefile").read_text()
     assert "$(if $(EX),--exercise $(EX))" in makefile
-    for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "06_dpo", "07_baselines",
+    for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "05_dapo", "06_dpo", "07_baselines",
                     "08_r1"):  # same command
         assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
 

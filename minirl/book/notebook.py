@@ -61,11 +61,14 @@ def run_seeds(run_one, name: str, *overrides: str) -> list[list[dict]]:
     return [run_one(f"{name}/seed{seed}", *overrides, f"data.seed={seed}") for seed in seeds()]
 
 
-def run_grid(runs_dir, variants: dict[str, list[str]], *common: str, workers: int = 2) -> dict[str, list[list[dict]]]:
+def run_grid(runs_dir, variants: dict[str, list[str]], *common: str, workers: int | None = None
+             ) -> dict[str, list[list[dict]]]:
     """Train every (variant, seed) pair as its own `python -m minirl train` process, `workers` at a time.
 
     The book's runs use one thread each (minirl/parallel.py::apply_thread_policy), so on a 2-core laptop two
-    runs side by side take about the time of one. Each run writes `<runs_dir>/<variant>/seed<seed>/` with
+    runs side by side take about the time of one. `workers` defaults to 2, and to 1 in fast mode, where the
+    runs are a few steps long and a new process's start (about 5 s) would cost more than the run: with one
+    worker the runs train in this process, one after the other. Each run writes `<runs_dir>/<variant>/seed<seed>/` with
     `trainer.resume_mode=disable` (an earlier run there is set aside, never overwritten); `common` overrides
     go to every run, then the variant's, then `data.seed`. Returns {variant: [metrics records per seed]}
     in the order of `seeds()`.
@@ -82,6 +85,14 @@ def run_grid(runs_dir, variants: dict[str, list[str]], *common: str, workers: in
     from minirl.plot import load_metrics
 
     jobs = [(label, seed, Path(runs_dir) / label / f"seed{seed}") for label in variants for seed in seeds()]
+    workers = workers or (1 if fast_mode() else 2)
+    if workers == 1:
+        from minirl.trainer import train
+
+        for label, seed, run_dir in jobs:
+            train([f"trainer.default_local_dir={run_dir}", "trainer.resume_mode=disable", "trainer.logger=[]",
+                   *common, *variants[label], f"data.seed={seed}"], show_progress=False)
+        return {label: [load_metrics(run_dir) for name, _, run_dir in jobs if name == label] for label in variants}
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     running, waiting = [], list(jobs)
     while waiting or running:
