@@ -362,6 +362,7 @@ print(json.dumps(data.chain_rows(1, "train", seed=0)[0], indent=1))
 #     data.max_prompt_length=512 data.max_response_length=1024 \
 #     algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=8 actor_rollout_ref.actor.optim.lr=1e-6 \
 #     actor_rollout_ref.rollout.val_kwargs.n=4 actor_rollout_ref.rollout.val_kwargs.do_sample=true \
+#     actor_rollout_ref.rollout.val_kwargs.temperature=1.0 \
 #     reward.custom_reward_function.path=my_reward.py   # optional: your verifier (and format reward)
 # ```
 #

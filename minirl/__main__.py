@@ -4,7 +4,7 @@
     python -m minirl train algorithm.adv_estimator=rloo trainer.total_training_steps=50
     python -m minirl config [key=value ...]                  # print the resolved config as YAML and exit
     ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m minirl train ...   # 2 CPU processes
-    python -m minirl warm-start                              # build (or show) the cached SFT warm start
+    python -m minirl warm-start [tiny|chain|chain-zero]      # build (or show) a cached SFT warm start
     python -m minirl plot runs/minirl                        # learning curves of a run, saved as PNG
     python -m minirl preference-data                         # build (or show) the preference task (Chapters 3, 6)
     python -m minirl train-rm [key=value ...]                # train a Bradley-Terry reward model
@@ -58,9 +58,14 @@ def _run(argv: list[str] | None) -> int:
             return 2
         return 0
     if command == "warm-start":
-        from minirl.sft import default_warm_start
+        from minirl.sft import WARM_STARTS, default_warm_start
 
-        path = default_warm_start()
+        name = rest[0] if rest else "tiny"
+        if name not in WARM_STARTS or len(rest) > 1:
+            print(f"warm-start takes one name of {', '.join(WARM_STARTS)} (default tiny); got {' '.join(rest)!r}",
+                  file=sys.stderr)
+            return 2
+        path = default_warm_start(WARM_STARTS[name])
         print(path)
         print((path / "warm_start.json").read_text())
         return 0

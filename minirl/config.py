@@ -647,6 +647,12 @@ def validate_config(config: Config) -> None:
         problems.append(f"actor_rollout_ref.rollout.temperature must be > 0 (got {rollout.temperature}): the actor "
                         "divides its logits by it to recompute the log-probs, as verl does. Greedy decoding is for "
                         "validation: rollout.val_kwargs.do_sample=false")
+    val = rollout.val_kwargs
+    if val.n > 1 and not (val.do_sample and val.temperature > 0):
+        problems.append(f"actor_rollout_ref.rollout.val_kwargs.n={val.n} with greedy decoding (do_sample="
+                        f"{val.do_sample}, temperature={val.temperature}) gives {val.n} identical answers per prompt, "
+                        "so best@k equals mean@k: set val_kwargs.do_sample=true and val_kwargs.temperature=1.0 "
+                        "(verl's default temperature is 0), or val_kwargs.n=1")
     if not 0 < rollout.top_p <= 1:
         problems.append(f"actor_rollout_ref.rollout.top_p must be in (0, 1] (got {rollout.top_p})")
     if actor.optim.lr <= 0:

@@ -97,6 +97,9 @@ CHAIN_SFT = SFTConfig(demo_style="chain", worked_fraction=0.3, wrong_fraction=0.
 CHAIN_ZERO_SFT = SFTConfig(demo_style="chain", worked_fraction=0.02, wrong_fraction=0.3, max_operand=9, max_length=64,
                            response_length=48)
 """R1-Zero's starting point in miniature: 2% of the demonstrations write steps (in the <think> format)."""
+WARM_STARTS = {"tiny": SFTConfig(), "chain": CHAIN_SFT, "chain-zero": CHAIN_ZERO_SFT}
+"""The warm starts `python -m minirl warm-start NAME` builds: the tiny task's (Chapters 1-4, 7) and the chain
+task's two (Chapters 5 and 8)."""
 
 
 def tokenize_demonstrations(tokenizer, demos: list[dict], max_length: int) -> dict[str, torch.Tensor]:

@@ -130,6 +130,8 @@ def test_critic_follows_the_actor_unless_set():
     (["data.train_files=[]"], "data.train_files must be a file path or a non-empty list"),
     (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=0"], "ppo_micro_batch_size_per_gpu must be >= 1"),
     (["reward.reward_manager.name=prime"], "naive, dapo"),
+    (["actor_rollout_ref.rollout.val_kwargs.n=8", "actor_rollout_ref.rollout.val_kwargs.do_sample=true"],
+     "gives 8 identical answers per prompt"),
     (["+reward.reward_kwargs.overlong_buffer_cfg.enable=true", "+reward.reward_kwargs.max_resp_len=20",
       "+reward.reward_kwargs.overlong_buffer_cfg.len=4"], "also set reward.reward_manager.name=dapo"),
     (["reward.reward_manager.name=dapo", "reward.reward_kwargs.overlong_buffer_cfg.enable=true",
