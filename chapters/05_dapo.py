@@ -38,7 +38,7 @@ from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_
 from minirl.rollout import generate_sequences
 
 RUNS = Path("..") / "runs" / "ch05"
-WARM = sft.default_warm_start(sft.CHAIN_SFT)  # Chapter 8's task: sums of 3-4 digits, 30% worked demonstrations
+WARM = sft.default_warm_start(sft.CHAIN_SFT)  # Chapter 8's task: sums of 3-4 one-digit numbers, 30% worked demos
 STEPS = 2 if fast_mode() else 14
 PROMPTS, SAMPLES = 16, 8                      # data.train_batch_size, actor_rollout_ref.rollout.n
 
@@ -46,17 +46,19 @@ PROMPTS, SAMPLES = 16, 8                      # data.train_batch_size, actor_rol
 # ## 1. The setting, and the problems shown
 #
 # This chapter runs on [Chapter 8](08_r1.ipynb)'s chain task, where a worked answer
-# (`<think>7+5=12, 12+8=20, 20+6=26</think> #### 26`, about 38-47 tokens) is right about twice as often
+# (`<think>7+5=12, 12+8=20, 20+6=26</think> #### 26`, 35-48 tokens) is right about twice as often
 # as a direct one (`#### 26`, 8 tokens), so answers can be long and length matters. The plain GRPO run
 # (`grpo`) is the baseline every ingredient is compared with:
 #
 # - 16 prompts x 8 answers per step, strict verifier (`rewards.compute_chain_score`), response budget
 #   48 tokens (`data.max_response_length`);
 # - 4 mini-batches x 2 epochs per step (`ppo_mini_batch_size=4`, `ppo_epochs=2`), so the later updates
-#   of a step are off-policy and the PPO clip binds (DAPO's runs take 16 mini-batches per step);
+#   of a step are off-policy and the PPO clip can act (DAPO's runs take 16 mini-batches per step);
 # - lr 2e-4, 14 steps, 3 seeds; validation samples 8 answers for each of 60 held-out prompts at temperature 1
 #   (`val_kwargs.n=8`, `do_sample=True`, `temperature=1.0`; verl's `val_kwargs.temperature` defaults to 0,
-#   which would make all 8 answers the greedy one), giving `mean@8` and `best@8` (pass@8's bootstrap cousin).
+#   which would make all 8 answers the greedy one). `mean@8` is the mean accuracy of the 8 answers;
+#   `best@8` estimates whether at least one of 8 answers is right (by bootstrap, drawing with replacement;
+#   Chapter 8's pass@k is the exact version).
 #
 # Every variant changes only what its name says. All 24 runs are trained here, two at a time; the
 # sections read them.
@@ -97,13 +99,13 @@ plot_comparison({"grpo": runs["grpo"]},
 #
 # - **Groups with no signal.** When all 8 answers to a prompt are right (or all wrong), every advantage in
 #   the group is 0. As the policy improves, more groups are all right: the share tends to rise over
-#   training (to 0.12-0.38 of the groups at the last step), and those answers cost generation time and
-#   teach nothing.
+#   training (0.12-0.38 of the groups at the last step), and those answers cost generation time and teach
+#   nothing.
 # - **Entropy collapse.** The per-token entropy falls from about 0.15 to about 0.04 in 14 steps: the
 #   policy becomes nearly deterministic, and a nearly deterministic policy samples the same answer 8
 #   times (which also makes more groups uninformative).
-# - **Answers at the limit.** A 4-term worked answer with two-digit sums is 47-48 tokens, so 20-28% of the
-#   answers reach the 48-token budget by the end. verl's `response_length/clip_ratio` counts answers whose
+# - **Answers at the limit.** A 4-term worked answer is 42-48 tokens, so some answers reach the 48-token
+#   budget (8-18% of them at the last step, more at some earlier steps). verl's `response_length/clip_ratio` counts answers whose
 #   length equals the budget, cut off or not; with a tighter budget (section 6) they are cut off.
 #
 # ## 2. The formulas, ingredient by ingredient
@@ -119,9 +121,9 @@ plot_comparison({"grpo": runs["grpo"]},
 #
 # Under `seq-mean-token-mean`, a wrong answer ($\hat A < 0$) of 45 tokens is pushed down 45/8 times less
 # per token than a wrong answer of 8 tokens. Dr.GRPO's argument: this favours long wrong answers (and
-# short right ones). Dr.GRPO also drops GRPO's division by the group's std
-# (`algorithm.norm_adv_by_std_in_grpo=False`), which gives prompts with a small spread (nearly all
-# right or nearly all wrong) a large weight.
+# short right ones). Dr.GRPO also removes GRPO's division by the group's std
+# (`algorithm.norm_adv_by_std_in_grpo=False`). That division gives a large weight to the prompts whose
+# rewards barely vary (nearly all right or nearly all wrong).
 #
 # **Clip-higher** (`clip_ratio_low=0.2`, `clip_ratio_high=0.28`). The PPO clip stops a token's ratio
 # $\rho$ at $1+\varepsilon$ when $\hat A > 0$. A token with probability 0.01 can then only reach 0.012 in
@@ -191,7 +193,7 @@ print(compare_table(loss_modes, "val-core/minirl/chain_sum/acc/mean@8"))
 #
 # - **The mechanism is there:** on the sampled batch above, `seq-mean-token-mean` pushes a short wrong
 #   answer's tokens about 6 times harder than a long wrong answer's; `token-mean` and Dr.GRPO's constant
-#   treat them about the same (ratios 1.1 and 1.2, the rest is the advantages).
+#   treat them about the same (ratios 1.1 and 1.2; the small difference comes from the advantages).
 # - **The training effect is not visible here.** The length of the wrong answers ends at 39-42 tokens
 #   under all three modes, within the seed spread. On this task a wrong answer's length is set by its
 #   style (worked, about 40 tokens, or direct, 8) and every mode moves the policy to the worked style at
@@ -199,8 +201,8 @@ print(compare_table(loss_modes, "val-core/minirl/chain_sum/acc/mean@8"))
 #   reasoning can (the Dr.GRPO paper's long, repetitive wrong answers); a 48-token budget and a task
 #   with one way to work leave no room for it.
 # - Validation accuracy (`mean@8`) ends at 0.60 (token-mean), 0.61 (seq-mean-token-mean) and 0.63
-#   (Dr.GRPO). Dr.GRPO's range (0.62-0.65) lies just above token-mean's (0.60-0.60): a small gap with
-#   3 seeds and 60 prompts, worth a longer run before believing it.
+#   (Dr.GRPO). Dr.GRPO's range (0.62-0.65) lies just above token-mean's (0.596-0.604). The gap is small,
+#   with 3 seeds and 60 prompts; a longer run should confirm it before you rely on it.
 #
 # ## 4. Clip-higher: does it keep the policy exploring?
 
@@ -217,7 +219,7 @@ for key in ("val-core/minirl/chain_sum/acc/mean@8", "val-core/minirl/chain_sum/a
 # What we saw (3 seeds, 14 steps): the entropy collapses under both settings, from about 0.15 to about
 # 0.04 in 14 steps, and clip-higher changes neither the entropy (0.040 vs 0.038) nor `mean@8` (0.60 vs
 # 0.64) nor `best@8` (0.91 vs 0.92) beyond the seed spread. The clip rarely binds here: about 1% of the
-# tokens are clipped (`actor/pg_clipfrac`), so raising its upper edge has little to act on. Clip-higher
+# tokens meet the clip (`actor/pg_clipfrac`), so raising its upper edge has little to act on. Clip-higher
 # matters when many tokens are clipped, that is when each batch is cut into many mini-batches (DAPO: 16
 # per step) and the policy moves far within a step, on a model whose exploration is worth preserving.
 # What this run does show is the problem DAPO names: entropy collapses fast under plain GRPO.
@@ -256,7 +258,7 @@ for key in ("val-core/minirl/chain_sum/acc/mean@8", "val-core/minirl/chain_sum/a
 # %% [markdown]
 # What we saw (3 seeds, 14 steps):
 #
-# - With the filter, no trained group is uninformative (0 against 0.06-0.38 for plain GRPO), at the cost
+# - With the filter, no trained group is uninformative (0 against 0.12-0.38 for plain GRPO), at the cost
 #   of two generation rounds per step: 3456 answers generated in 14 steps against 1792.
 # - Here the extra generation is cheap: the step time grows about 10% (17.2 s against 15.5 s of training),
 #   because 8 update passes per step cost more than generating 128 short answers. With long answers on a
@@ -268,7 +270,7 @@ for key in ("val-core/minirl/chain_sum/acc/mean@8", "val-core/minirl/chain_sum/a
 # ## 6. Overlong shaping, with a budget the worked answers exceed
 #
 # Now the response budget is 44 tokens (`data.max_response_length=44`): a 3-term worked answer (35-39
-# tokens) fits, a 4-term one (42-48 tokens) usually does not, and an answer cut off has no final answer
+# tokens) fits, a 4-term one (42-48 tokens) often does not, and an answer cut off has no final answer
 # (reward 0). `overlong_44` adds DAPO's penalty over the last 4 tokens of the budget (from 40 to 44 tokens,
 # down to -1 at the limit).
 
@@ -299,7 +301,7 @@ for key in ("response_length/clip_ratio", "minirl/worked/mean", "minirl/acc/mean
 #
 # `dapo_44` is the DAPO recipe on the 44-token budget: token-level loss (verl's default), clip-higher
 # 0.28, dynamic sampling on `acc`, overlong shaping. `grpo_44` is plain GRPO with the same budget and the
-# same number of steps (dynamic sampling generates more answers per step: compare the x axes).
+# same number of steps (dynamic sampling generates more answers per step; the count is printed below).
 
 # %%
 recipe = {"grpo_44": runs["grpo_44"], "dapo_44": runs["dapo_44"]}
@@ -344,17 +346,17 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 # | metric | meaning |
 # |---|---|
 # | `actor/entropy` | mean token entropy of the sampled answers (aggregated with `loss_agg_mode`) |
-# | `actor/pg_clipfrac`, `actor/pg_clipfrac_lower` | share of tokens whose ratio was clipped above / by the dual clip |
+# | `actor/pg_clipfrac`, `actor/pg_clipfrac_lower` | share of tokens where the clip was active (either side) / where the dual clip was |
 # | `response_length/clip_ratio` | share of answers whose length equals the budget |
 # | `minirl/num_gen_batches`, `minirl/num_dropped_groups` | generation rounds per step and groups dropped (the DAPO recipe logged `train/num_gen_batches`) |
 # | `minirl/zero_spread_group_frac` | share of the trained groups with no reward spread |
 # | `minirl/overlong_reward/mean`, `minirl/overlong/mean` | the mean penalty and the share penalised (`overlong_buffer_cfg.log=True`) |
 # | `minirl/response_length/wrong_mean`, `correct_mean` | lengths of wrong and right answers (minirl only) |
 #
-# verl's DAPO scripts (tag v0.9.0) set all of the above together, e.g.
-# `verl/experimental/one_step_off_policy/shell/dapo_7b_math_fsdp2_colocate.sh`: `clip_ratio_high=0.28`,
+# verl's DAPO scripts (tag v0.9.0) set clip-higher, the token-level loss and the overlong buffer together,
+# e.g. `verl/experimental/one_step_off_policy/shell/dapo_7b_math_fsdp2_colocate.sh`: `clip_ratio_high=0.28`,
 # `loss_agg_mode=token-mean`, `reward.reward_manager.name=dapo`, a 4096-token buffer on an 8192-token
-# budget.
+# budget. `docs/algo/dapo.md` shows the `filter_groups` block (`metric: acc`, `max_num_gen_batches: 10`).
 #
 # ## 9. Exercises
 #
@@ -383,17 +385,16 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 #
 # <details>
 # <summary>Answer</summary>
-# Without dynamic sampling, every advantage is 0 (GRPO subtracts the group mean, and 1 - 1 = 0), so the
-# policy loss is 0 whatever the aggregation and the clip: the step changes nothing but costs a full
-# generation (the KL loss, if on, still pulls toward the reference). Token-level loss and clip-higher
-# change how a signal is weighed and bounded, so with no signal they do nothing. Dr.GRPO's advantage is
-# also 0 (it only removes the division by the std, which would otherwise be 0/(0 + eps) = 0 too). With
-# dynamic sampling, the trainer drops all 16 groups and generates again until 16 informative groups
-# exist; if the task has become too easy, it may never find them: set
-# <code>filter_groups.max_num_gen_batches</code> (minirl stops with an error that says so) and move to
-# harder prompts. Overlong shaping is the one ingredient that can still act: right answers near the
-# limit get different rewards, so a group of 8 right answers of different lengths has a spread and a
-# signal toward shorter answers.
+# With a right/wrong reward, every advantage in the batch is 0 (GRPO subtracts the group mean: 1 - 1 = 0;
+# Dr.GRPO's advantage is the same difference without the division). So the policy loss is 0 whatever the
+# aggregation and the clip: the token-level loss and clip-higher weigh and bound a signal, and there is
+# none. The step costs a full generation and changes nothing (a KL loss, if on, still pulls toward the
+# reference). Dynamic sampling on `acc` drops all 16 groups and generates again until 16 informative
+# groups exist; if the task has become too easy it may never find them, so set
+# <code>filter_groups.max_num_gen_batches</code> (minirl then stops with an error that says so) and move to
+# harder prompts. Overlong shaping is the one ingredient that can change the rewards themselves: right
+# answers that enter the penalty zone get less than 1, so a group of 8 right answers of different lengths
+# has a spread (in the reward, not in `acc`) and a signal toward shorter answers.
 # </details>
 #
 # ### The library's code, after you tried

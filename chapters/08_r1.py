@@ -96,8 +96,9 @@ for row, text, result in answers[:16:2]:
 # On the full run (200 test prompts, 8 samples each) about a quarter of the warm start's answers are
 # worked, and **worked answers are right about twice as often as direct ones** (about 0.49 against 0.25
 # in our runs; the printout above has this run's numbers). The premise holds, and it holds only in a
-# narrow band: with 4-6 terms both styles fail more and the gap shrinks (0.30 vs 0.21), and with
-# numbers up to 49 the tiny model fails at both (0.06 vs 0.05). A reward can only favour a behaviour
+# narrow band. In runs not shown here (other warm starts, same measurement): with 4-6 terms both styles
+# fail more and the gap shrinks (0.30 vs 0.21), and with numbers up to 49 the tiny model fails at both
+# (0.06 vs 0.05). A reward can only favour a behaviour
 # that already pays *and* that the policy already produces sometimes.
 #
 # ## 2. The formulas
@@ -118,14 +119,16 @@ for row, text, result in answers[:16:2]:
 #
 # **Measuring a sampler: pass@k.** With $n$ samples of which $c$ are right, the unbiased estimate of "one
 # of $k$ samples is right" is $\text{pass@}k = 1 - \binom{n-c}{k}\big/\binom{n}{k}$ (Chen et al., 2021;
-# `minirl/metrics.py::pass_at_k`). verl's validation reports its bootstrap cousin `best@k/mean`
+# `minirl/metrics.py::pass_at_k`). verl's validation reports `best@k/mean`, the same question estimated
+# by bootstrap (drawing with replacement)
 # (`actor_rollout_ref.rollout.val_kwargs.n` > 1). Exercise 8.3 writes it.
 #
 # ## 3. Thinking emerges because it pays
 #
 # GRPO from the mixed warm start, rewarded by the strict verifier only (no format reward at all: the
 # purest form of the claim), 3 seeds. The learning rate is 3e-4, higher than Chapter 4's 1e-4, to fit the
-# chapter's time budget; at 1e-4 the same curves take about twice as many steps. `run_grid` trains the
+# chapter's time budget; in a run not shown here, lr 1e-4 needed about twice as many steps for the same
+# curves. `run_grid` trains the
 # seeds as separate `python -m minirl train` processes, two at a time, one per core.
 #
 # The same grid also trains with a **too-lenient verifier** (section 5 reads it): we run both now, as
@@ -150,7 +153,7 @@ for key in ("minirl/worked/mean", "minirl/acc/mean", "response_length/mean", "va
 # %% [markdown]
 # The final values, mean / min / max over the seeds. In our full run, over 40 steps:
 #
-# - **The share of worked answers** rises from about 0.26 (the warm start) to about 0.99 in every seed.
+# - **The share of worked answers** rises from about 0.23 (the warm start) to about 0.99 in every seed.
 #   Nobody rewarded it: the verifier reads only the number after `####`.
 # - **Accuracy** of the sampled answers rises from about 0.3 to 0.86-0.89, and greedy validation
 #   accuracy ends at 0.90-0.97 (the warm start's greedy accuracy is printed at the top: 0.38).
@@ -159,7 +162,8 @@ for key in ("minirl/worked/mean", "minirl/acc/mean", "response_length/mean", "va
 #
 # The R1 story in miniature: the reward checks only the answer, and the policy shifts toward the
 # behaviour that earns it. What the tiny task cannot show is R1's "aha moment" of *new* behaviour
-# (re-checking, backtracking): GRPO here amplifies a style the warm start already samples 26% of the time.
+# (re-checking, backtracking): GRPO here amplifies a style the warm start already samples in about a
+# quarter of its answers.
 # What it writes, before and after:
 
 # %%
@@ -242,7 +246,7 @@ print(compare_table(starts, "val-core/minirl/chain_sum/acc/mean@1"))
 #   seed spread (the second table).
 #
 # So in miniature: the cold start buys **readability** (every answer shows its work in the expected
-# format) and R1-Zero buys nothing it could not already sample. Which one ends more accurate depends on
+# format), and R1-Zero gains accuracy on its direct answers but never the format, which it could not sample. Which one ends more accurate depends on
 # how good the cold start's reasoning is, which is R1's own argument for curating it carefully (and the
 # reason section 3's warm start, whose worked answers were already better than its direct ones, is the
 # setting where thinking emerges).
@@ -366,7 +370,7 @@ print(json.dumps(data.chain_rows(1, "train", seed=0)[0], indent=1))
 #     reward.custom_reward_function.path=my_reward.py   # optional: your verifier (and format reward)
 # ```
 #
-# `val_kwargs.n=4` with sampling makes validation report `best@4/mean` (pass@k's bootstrap cousin) beside
+# `val_kwargs.n=4` with sampling makes validation report `best@4/mean` (pass@4 estimated by bootstrap) beside
 # `mean@4`.
 #
 # ## 7. verl ↔ minirl

@@ -664,6 +664,9 @@ def validate_config(config: Config) -> None:
     choice("reward.reward_manager.name", manager.name, REWARD_MANAGERS)
     overlong = kwargs.overlong_buffer_cfg
     if overlong.enable:
+        if overlong.penalty_factor <= 0:
+            problems.append("reward.reward_kwargs.overlong_buffer_cfg.enable=true needs overlong_buffer_cfg."
+                            f"penalty_factor > 0 (got {overlong.penalty_factor}); DAPO uses 1.0")
         if manager.name != "dapo":
             problems.append("reward.reward_kwargs.overlong_buffer_cfg.enable=true acts only in DAPO's reward manager: "
                             "also set reward.reward_manager.name=dapo (verl would silently ignore it)")
@@ -674,6 +677,9 @@ def validate_config(config: Config) -> None:
             problems.append(f"reward.reward_kwargs.overlong_buffer_cfg.len must be in (0, max_resp_len="
                             f"{kwargs.max_resp_len}] (got {overlong.len}); to switch the penalty off set "
                             "overlong_buffer_cfg.enable=false")
+    if manager.name == "dapo" and config.reward.reward_model.enable and not config.reward.custom_reward_function.path:
+        problems.append("reward.reward_manager.name=dapo shapes rule scores, but reward.reward_model.enable=true "
+                        "scores with the reward model alone: disable one of them")
     if config.reward.reward_model.enable and not config.reward.reward_model.model_path:
         problems.append("reward.reward_model.enable=true needs reward.reward_model.model_path (a directory saved by "
                         "`python -m minirl train-rm`)")

@@ -38,7 +38,9 @@ def compute_overlong_penalty(
 
     So a response of `expected` tokens or fewer pays nothing, and one that hits
     `max_response_length` (it was cut off) pays `penalty_factor`. Mirrors the overlong branch of
-    `verl/workers/reward_manager/dapo.py::DAPORewardManager.__call__`, vectorised over the batch.
+    `verl/experimental/reward_loop/reward_manager/dapo.py::DAPORewardManager.run_single` (one response at a
+    time; the older `verl/workers/reward_manager/dapo.py::DAPORewardManager.__call__` is the same), vectorised
+    over the batch.
 
     Args:
         response_lengths: (B,) number of valid response tokens (response_mask.sum(-1)).

@@ -7,6 +7,7 @@ metrics as verl does.
 
 from __future__ import annotations
 
+import numbers
 from collections import defaultdict
 
 import torch
@@ -15,6 +16,8 @@ from minirl import models
 from minirl.data import encode_prompts
 from minirl.rewards import NaiveRewardManager
 from minirl.rollout import generate_sequences
+
+RESERVED = ("acc", "score", "reward", "response_length")  # evaluate's own keys; a reward's extras never replace them
 
 
 @torch.no_grad()
@@ -48,7 +51,7 @@ def evaluate(model, tokenizer, rows: list[dict], response_length: int, max_promp
         accs += [float(a) for a in extra.get("acc", [0.0] * len(chunk))]
         lengths += out["response_length"].tolist()
         for key, values in extra.items():
-            if key not in ("acc", "score") and all(isinstance(v, int | float) for v in values):
+            if key not in RESERVED and all(isinstance(v, numbers.Number) for v in values):
                 others[key] += [float(v) for v in values]
     return {"reward": sum(scores) / len(scores), "acc": sum(accs) / len(accs),
             "response_length": sum(lengths) / len(lengths),

@@ -155,7 +155,7 @@ def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
         pass@k = 1 - C(n - c, k) / C(n, k) = 1 - prod_{i = n - c + 1}^{n} (1 - k / i)
 
     from n samples of which c are right (the product form never builds a huge binomial). verl's validation
-    reports a bootstrap cousin, `best@k/mean` (k draws *with* replacement, `bootstrap_metric` above): both
+    reports a related metric, `best@k/mean` (k draws *with* replacement, `bootstrap_metric` above): both
     answer "if I sample k answers, is one of them right?"; pass@k is exact and unbiased for draws without
     replacement.
 

@@ -130,27 +130,30 @@ def compute_math_score(solution_str: str, ground_truth: str) -> dict:
     return {"score": 1.0 if correct else -1.0, "acc": correct, "pred": pred}
 
 
-def compute_math_verify_score(solution_str: str, ground_truth: str, timeout_score: float = 0.0) -> float:
+def compute_math_verify_score(solution_str: str, ground_truth: str) -> float:
     r"""1.0 if the math-verify library finds the response's answer equal to the ground truth, else 0.0.
 
-    verl's `utils/reward_score/math_verify.py::compute_score`: the ground truth is wrapped in oxed{} and
+    verl's `utils/reward_score/math_verify.py::compute_score`: the ground truth is wrapped in \boxed{} and
     parsed as LaTeX; the response is parsed as LaTeX and as a plain expression; the score is 1 if any parse
-    of the response is mathematically equal to the truth ("26.0" and "rac{52}{2}" equal "26"). It looks
-    for the last answer-like expression anywhere, with no "####" or format required. verl runs it in a
-    process pool with a 30 s timeout; minirl calls it in-process. An error or a timeout scores
-    `timeout_score` (verl prints the error and scores 0.0). Needs `pip install math-verify`.
+    of the response is mathematically equal to the truth ("26.0" and "\frac{52}{2}" equal "26"). It looks
+    for the last answer-like expression anywhere, with no "####" or format required.
+
+    verl runs each check in a process pool with a 30 s timeout; minirl calls the library in-process. In the
+    main thread the library's own timeouts apply (5 s per parse, signal-based); elsewhere (a thread) they
+    cannot, so they are switched off there instead of failing every check. Any error scores 0.0, as in verl.
+    Needs `pip install math-verify` (a minirl dependency).
     """
-    from math_verify.errors import TimeoutException
+    import threading
+
     from math_verify.grader import verify
     from math_verify.parser import ExprExtractionConfig, LatexExtractionConfig, parse
 
+    timeout = 5 if threading.current_thread() is threading.main_thread() else None
     try:
-        gold = parse("\\boxed{" + ground_truth + "}", (LatexExtractionConfig(),))
-        pred = parse(solution_str, (ExprExtractionConfig(), LatexExtractionConfig()))
+        gold = parse("\\boxed{" + ground_truth + "}", (LatexExtractionConfig(),), parsing_timeout=timeout)
+        pred = parse(solution_str, (ExprExtractionConfig(), LatexExtractionConfig()), parsing_timeout=timeout)
         if gold and pred:
-            return max(1.0 if any(verify(g, p) for g in gold) else 0.0 for p in pred)
-    except TimeoutException:
-        return timeout_score
+            return max(1.0 if any(verify(g, p, timeout_seconds=timeout) for g in gold) else 0.0 for p in pred)
     except Exception:  # noqa: BLE001 - a verifier must score, never crash a training step (verl: 0.0)
         return 0.0
     return 0.0

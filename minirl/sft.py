@@ -260,8 +260,7 @@ def default_warm_start(config: SFTConfig | None = None, cache_dir: str | Path | 
     return target
 
 
-def train_overrides(model_dir: str | Path, config: SFTConfig | None = None,
-                    data_dir: str | Path | None = None) -> list[str]:
+def train_overrides(model_dir: str | Path, config: SFTConfig, data_dir: str | Path | None = None) -> list[str]:
     """The trainer overrides that run RL from a warm start: its model, its task's data, its response budget.
 
     `model_dir` may be a warm start or any model fine-tuned from one (e.g. a cold start); the data come
@@ -271,7 +270,7 @@ def train_overrides(model_dir: str | Path, config: SFTConfig | None = None,
     data_dir = Path(data_dir) if data_dir is not None else Path(model_dir) / "data"
     return [f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={data_dir / 'train.parquet'}",
             f"data.val_files={data_dir / 'test.parquet'}",
-            f"data.max_response_length={(config or SFTConfig()).response_length}"]
+            f"data.max_response_length={config.response_length}"]
 
 
 if __name__ == "__main__":

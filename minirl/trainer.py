@@ -355,7 +355,7 @@ class PPOTrainer:
             if all(isinstance(v, (bool, int, float, np.bool_, np.integer, np.floating)) for v in values):
                 metrics[f"minirl/{key}/mean"] = float(np.mean([float(v) for v in values]))
         if "acc" in batch.non_tensor_batch:  # Dr.GRPO's length-bias argument is about wrong answers' lengths
-            right = torch.tensor([bool(v) for v in batch["acc"]])
+            right = torch.tensor([float(v) > 0 for v in batch["acc"]])  # acc: True/False, or a plain score
             lengths = batch["response_mask"].sum(-1).float()
             for name, rows in (("correct", right), ("wrong", ~right)):
                 if rows.any():

@@ -6,7 +6,7 @@ miniature; verl 0.9.1 has no single twin: format checks live in custom reward fu
 of verl/utils/reward_score/, e.g. geo3k.py::format_reward for "<think>...</think>...\\boxed{}"),
 minirl/rewards.py::extract_solution with method="strict" (verl's
 verl/utils/reward_score/gsm8k.py::extract_solution) and minirl/metrics.py::pass_at_k (Chen et al. 2021;
-verl's validation reports its with-replacement cousin best@k/mean,
+verl's validation reports a related metric, best@k/mean (drawn with replacement),
 verl/trainer/ppo/metric_utils.py::bootstrap_metric, minirl/metrics.py::bootstrap_metric).
 
 Grade all:   make grade
@@ -108,7 +108,7 @@ def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
                                                                    a right answer)
 
     It is unbiased for "sample k, is one right?", unlike 1 - (1 - c/n)^k. verl's validation logs a
-    cousin, best@k/mean: the mean best score of k answers drawn WITH replacement, by bootstrap
+    related metric, best@k/mean: the mean best score of k answers drawn WITH replacement, by bootstrap
     (verl/trainer/ppo/metric_utils.py::bootstrap_metric, minirl/metrics.py::bootstrap_metric).
 
     Args:

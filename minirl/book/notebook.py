@@ -63,18 +63,19 @@ def run_seeds(run_one, name: str, *overrides: str) -> list[list[dict]]:
 
 def run_grid(runs_dir, variants: dict[str, list[str]], *common: str, workers: int | None = None
              ) -> dict[str, list[list[dict]]]:
-    """Train every (variant, seed) pair as its own `python -m minirl train` process, `workers` at a time.
+    """Train every (variant, seed) pair of a comparison, `workers` runs at a time.
 
-    The book's runs use one thread each (minirl/parallel.py::apply_thread_policy), so on a 2-core laptop two
-    runs side by side take about the time of one. `workers` defaults to 2, and to 1 in fast mode, where the
-    runs are a few steps long and a new process's start (about 5 s) would cost more than the run: with one
-    worker the runs train in this process, one after the other. Each run writes `<runs_dir>/<variant>/seed<seed>/` with
-    `trainer.resume_mode=disable` (an earlier run there is set aside, never overwritten); `common` overrides
-    go to every run, then the variant's, then `data.seed`. Returns {variant: [metrics records per seed]}
-    in the order of `seeds()`.
+    With 2 workers (the default) each run is its own `python -m minirl train` process. The book's runs use
+    one thread each (minirl/parallel.py::apply_thread_policy), so on a 2-core laptop two runs side by side
+    take about the time of one. In fast mode the default is 1 worker: the runs are a few steps long and a
+    new process's start (about 5 s) would cost more than the run, so they train in this process, one after
+    the other. Each run writes `<runs_dir>/<variant>/seed<seed>/` with `trainer.resume_mode=disable` (an
+    earlier run there is set aside, never overwritten); `common` overrides go to every run, then the
+    variant's, then `data.seed`. Returns {variant: [metrics records per seed]} in the order of `seeds()`.
 
     Raises:
-        RuntimeError: a run failed; the message holds the end of its stderr.
+        RuntimeError: a run process failed (the message holds the end of its stderr); the other runs are
+            stopped. In this process (1 worker) a failing run raises its own error.
     """
     import subprocess
     import sys
@@ -86,36 +87,44 @@ def run_grid(runs_dir, variants: dict[str, list[str]], *common: str, workers: in
 
     jobs = [(label, seed, Path(runs_dir) / label / f"seed{seed}") for label in variants for seed in seeds()]
     workers = workers or (1 if fast_mode() else 2)
+
+    def overrides(label, seed, run_dir):
+        return [f"trainer.default_local_dir={run_dir}", "trainer.resume_mode=disable", "trainer.logger=[]",
+                "trainer.progress_bar=false", *common, *variants[label], f"data.seed={seed}"]
+
     if workers == 1:
         from minirl.trainer import train
 
         for label, seed, run_dir in jobs:
-            train([f"trainer.default_local_dir={run_dir}", "trainer.resume_mode=disable", "trainer.logger=[]",
-                   *common, *variants[label], f"data.seed={seed}"], show_progress=False)
-        return {label: [load_metrics(run_dir) for name, _, run_dir in jobs if name == label] for label in variants}
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    running, waiting = [], list(jobs)
-    while waiting or running:
-        while waiting and len(running) < workers:
-            label, seed, run_dir = waiting.pop(0)
-            cmd = [sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={run_dir}",
-                   "trainer.resume_mode=disable", "trainer.logger=[]", "trainer.progress_bar=false", *common,
-                   *variants[label], f"data.seed={seed}"]
-            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty run can never block on it
-            running.append((label, seed, log, subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)))
-        for job in list(running):
-            label, seed, log, proc = job
-            if proc.poll() is None:
-                continue
-            running.remove(job)
-            log.seek(0)
-            error = log.read()
-            log.close()
-            if proc.returncode != 0:
-                for *_, other in running:
-                    other.kill()
-                raise RuntimeError(f"run {label} (seed {seed}) failed with exit {proc.returncode}:\n{error[-2000:]}")
-        time.sleep(0.2)
+            train(overrides(label, seed, run_dir), show_progress=False)
+    else:
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        running, waiting = [], list(jobs)
+        try:
+            while waiting or running:
+                while waiting and len(running) < workers:
+                    label, seed, run_dir = waiting.pop(0)
+                    log = tempfile.TemporaryFile("w+")  # a file, not a pipe: a chatty run can never block on it
+                    cmd = [sys.executable, "-m", "minirl", "train", *overrides(label, seed, run_dir)]
+                    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+                    running.append((label, seed, log, proc))
+                for job in list(running):
+                    label, seed, log, proc = job
+                    if proc.poll() is None:
+                        continue
+                    running.remove(job)
+                    log.seek(0)
+                    error = log.read()
+                    log.close()
+                    if proc.returncode != 0:
+                        raise RuntimeError(f"run {label} (seed {seed}) failed with exit {proc.returncode}:\n"
+                                           f"{error[-2000:]}")
+                time.sleep(0.2)
+        finally:  # a failure or an interrupt stops the other runs and closes their logs
+            for _, _, log, proc in running:
+                proc.kill()
+                proc.wait()
+                log.close()
     return {label: [load_metrics(run_dir) for name, _, run_dir in jobs if name == label] for label in variants}
 
 
