@@ -353,10 +353,10 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 # | `minirl/overlong_reward/mean`, `minirl/overlong/mean` | the mean penalty and the share penalised (`overlong_buffer_cfg.log=True`) |
 # | `minirl/response_length/wrong_mean`, `correct_mean` | lengths of wrong and right answers (minirl only) |
 #
-# verl's DAPO scripts (tag v0.9.0) set clip-higher, the token-level loss and the overlong buffer together,
-# e.g. `verl/experimental/one_step_off_policy/shell/dapo_7b_math_fsdp2_colocate.sh`: `clip_ratio_high=0.28`,
-# `loss_agg_mode=token-mean`, `reward.reward_manager.name=dapo`, a 4096-token buffer on an 8192-token
-# budget. `docs/algo/dapo.md` shows the `filter_groups` block (`metric: acc`, `max_num_gen_batches: 10`).
+# verl's DAPO scripts (tag v0.9.0; for example the colocated 7B math script of its one-step-off-policy
+# recipe, a shell script not shipped in the wheel) set clip-higher, the token-level loss and the overlong
+# buffer together: `clip_ratio_high=0.28`, `loss_agg_mode=token-mean`, `reward.reward_manager.name=dapo`, a
+# 4096-token buffer on an 8192-token budget. `docs/algo/dapo.md` shows the `filter_groups` block (`metric: acc`, `max_num_gen_batches: 10`).
 #
 # ## 9. Exercises
 #

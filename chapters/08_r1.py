@@ -21,7 +21,7 @@
 # | **Problem** | Nobody can label good reasoning at scale, but for maths and code a program can check the final answer. Can reinforcement learning against such a checker alone teach a model to reason? DeepSeek-R1-Zero says yes: GRPO with a rule reward (right answer, right format) on a base model, and long chains of thought appear by themselves. DeepSeek-R1 adds a small "cold start" SFT on readable reasoning first. |
 # | **Core formula** | A rule reward, no reward model: $r(x, y) = \mathbb{1}[\text{verifier}(y) = \text{answer}(x)] + w\cdot\mathbb{1}[y \text{ has the } \texttt{<think>} \text{ format}]$, optimised with GRPO ([Chapter 4](04_grpo.ipynb)). Sampling quality is reported as pass@k $= 1 - \binom{n-c}{k}\big/\binom{n}{k}$. |
 # | **Beginner's view** | The teacher grades only the final answer. Nobody tells the student to show their work. If showing the work makes the answer right more often, the student who happens to do it gets better grades, and slowly always does it. But the teacher's answer checker is now the whole curriculum: if it can be fooled, the student learns to fool it. |
-# | **verl source** | The rule scorers in `verl/utils/reward_score/` (`gsm8k.py::compute_score`, `math_reward.py::compute_score`, `math_dapo.py::compute_score`, `math_verify.py::compute_score`), chosen by `data_source` in `verl/utils/reward_score/__init__.py::default_compute_score`; your own through `reward.custom_reward_function.path`; data in verl's schema from `examples/data_preprocess/gsm8k.py` and `math_dataset.py`; GRPO in `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; the minimal RLVR run `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`. |
+# | **verl source** | The rule scorers in `verl/utils/reward_score/` (`gsm8k.py::compute_score`, `math_reward.py::compute_score`, `math_dapo.py::compute_score`, `math_verify.py::compute_score`), chosen by `data_source` in `verl/utils/reward_score/__init__.py::default_compute_score`; your own through `reward.custom_reward_function.path`; data in verl's schema from `examples/data_preprocess/gsm8k.py` and `examples/data_preprocess/math_dataset.py`; GRPO in `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; the minimal RLVR run `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`. |
 # | **Where next** | [Chapter 4 · GRPO](04_grpo.ipynb) for the optimiser. [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for the recipe details that keep long-reasoning RL stable. Back to [the reading map](index.md). |
 #
 # Run time: about 5 minutes on 2 CPU cores (12 training runs of 20-40 steps, two at a time, and a
@@ -340,9 +340,9 @@ if shown == 0:
 # - `gsm8k.py`: appends `Let's think step by step and output the final answer after "####".` to each
 #   question, keeps the number after `####` of the reference solution as `ground_truth`,
 #   `data_source="openai/gsm8k"`;
-# - `math_dataset.py`: appends `Let's think step by step and output the final answer within \boxed{}.`,
-#   keeps the last `\boxed{}` of the reference solution, `data_source="DigitalLearningGmbH/MATH-lighteval"`
-#   (scored by `math_reward.py`).
+# - `examples/data_preprocess/math_dataset.py`: appends `Let's think step by step and output the final
+#   answer within \boxed{}.`, keeps the last `\boxed{}` of the reference solution,
+#   `data_source="DigitalLearningGmbH/MATH-lighteval"` (scored by `math_reward.py`).
 #
 # minirl's `data.preprocess_gsm8k` writes the same GSM8K rows (here from the 20 real GSM8K examples per split
 # that the repository ships for its tests, read offline), and the chain task's rows have the same columns:
@@ -367,7 +367,7 @@ print(json.dumps(data.chain_rows(1, "train", seed=0)[0], indent=1))
 #     algorithm.adv_estimator=grpo actor_rollout_ref.rollout.n=8 actor_rollout_ref.actor.optim.lr=1e-6 \
 #     actor_rollout_ref.rollout.val_kwargs.n=4 actor_rollout_ref.rollout.val_kwargs.do_sample=true \
 #     actor_rollout_ref.rollout.val_kwargs.temperature=1.0 \
-#     reward.custom_reward_function.path=my_reward.py   # optional: your verifier (and format reward)
+#     reward.custom_reward_function.path=path/to/your_verifier   # optional: a Python file with compute_score
 # ```
 #
 # `val_kwargs.n=4` with sampling makes validation report `best@4/mean` (pass@4 estimated by bootstrap) beside
@@ -381,7 +381,7 @@ print(json.dumps(data.chain_rows(1, "train", seed=0)[0], indent=1))
 # | dispatch by `data_source` | `verl/utils/reward_score/__init__.py::default_compute_score` | `minirl/rewards.py::default_compute_score` |
 # | your own reward | `verl/trainer/ppo/reward.py::get_custom_reward_fn` (`reward.custom_reward_function.*`) | `minirl/rewards.py::load_custom_reward_function` |
 # | extra values logged | a dict result's other keys (`reward_extra_info`), e.g. `acc` | the same, as `minirl/<key>/mean` |
-# | data preparation | `examples/data_preprocess/gsm8k.py`, `math_dataset.py` | `minirl/data.py::preprocess_gsm8k`, `chain_rows` |
+# | data preparation | `examples/data_preprocess/gsm8k.py`, `examples/data_preprocess/math_dataset.py` | `minirl/data.py::preprocess_gsm8k`, `chain_rows` |
 # | validation sampling | `RayPPOTrainer._validate`, `metric_utils.py::process_validation_metrics` (`best@k`, `maj@k`) | `minirl/trainer.py::PPOTrainer.validate`, `minirl/metrics.py::process_validation_metrics`, `pass_at_k` |
 # | R1's format reward | `verl/utils/reward_score/geo3k.py::format_reward` (`<think>...</think>...\boxed{}`, for Geometry3K; a greedy pattern), or your custom reward function | `minirl/rewards.py::think_format`, `r1_score` |
 #
