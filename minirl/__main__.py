@@ -13,23 +13,31 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; in a multi-process launch, close the process group before the interpreter exits."""
-    try:
-        return _run(argv)
-    finally:
-        _close_process_group()
+    """Run one command and return its exit code; a process of a multi-process launch exits here instead."""
+    code = _run(argv)
+    exit_without_teardown_if_distributed(code)
+    return code
 
 
-def _close_process_group() -> None:
-    """Destroy torch.distributed's group explicitly: left to interpreter shutdown, gloo's threads can abort a
-    process ("terminate called without an active exception") after all its work is done."""
-    dist = sys.modules.get("torch.distributed")  # never imported: nothing to close (and no torch import for --help)
+def exit_without_teardown_if_distributed(code: int) -> None:
+    """In a multi-process launch, end this process now, skipping the interpreter's teardown.
+
+    Everything is written by then (metrics, checkpoints, models are closed files). Tearing down gloo's process
+    group is what fails, rarely and at random: destroying it while its worker thread still frees the last
+    barrier's tensors deadlocks on the GIL (the thread waits for it, the destructor joins the thread), and
+    leaving it to interpreter exit can abort ("terminate called without an active exception"). Both were seen
+    in CI; `os._exit` runs no destructor, so neither can happen.
+    """
+    dist = sys.modules.get("torch.distributed")  # never imported: nothing to skip (and no torch import for --help)
     if dist is not None and dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _run(argv: list[str] | None) -> int:

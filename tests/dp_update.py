@@ -14,6 +14,7 @@ import torch
 from accelerate import Accelerator
 
 from minirl import models
+from minirl.__main__ import exit_without_teardown_if_distributed
 from minirl.config import load_config
 from minirl.core import get_response_mask
 from minirl.protocol import DataProto
@@ -52,8 +53,8 @@ def main(model_dir: str, out_file: str, *overrides: str) -> None:
         torch.save({"weights": actor.unwrapped_model.state_dict(), "metrics": metrics,
                     "world_size": accelerator.num_processes}, out_file)
     accelerator.wait_for_everyone()
-    accelerator.end_training()  # destroys the process group (see minirl/__main__.py::_close_process_group)
 
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    exit_without_teardown_if_distributed(0)  # see there: gloo's teardown can hang or abort
