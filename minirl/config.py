@@ -36,8 +36,9 @@ from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, Valid
 from minirl.advantage import ADV_ESTIMATOR_REGISTRY
 from minirl.core import LOSS_AGG_MODES
 from minirl.kl import KL_PENALTY_CHOICES
-from minirl.rollout_correction import ROLLOUT_IS_LEVELS, ROLLOUT_RS_OPTIONS
+from minirl.rollout_correction import BYPASS_LOSS_TYPES, ROLLOUT_IS_LEVELS, ROLLOUT_RS_OPTIONS
 
+ROLLOUT_DTYPES = ("float32", "bfloat16", "float16")
 TINY = "tiny"  # the special path/file value meaning "the cached tiny warm start and its data"
 ACTOR = "actor_rollout_ref.actor"
 
@@ -106,6 +107,13 @@ class RolloutConfig:
     """Keep the k most likely tokens; -1 = off."""
     do_sample: bool = True
     """Sample (True) or decode greedily (False) during training."""
+    dtype: str = "float32"
+    """Precision of the rollout engine's weights: float32 shares the actor's weights; bfloat16 or float16 give
+    the engine its own copy in that precision (sampled in it, trained in float32: a mismatch). verl: bfloat16."""
+    weight_sync_interval: int = 1
+    """minirl's own key: copy the actor's weights into the rollout engine after every k-th actor update (1 = every
+    update, on-policy). k > 1 samples with weights up to k-1 updates old, as verl's asynchronous trainers do
+    (verl/experimental/fully_async_policy: async_training.trigger_parameter_sync_step)."""
     seed: int = 42
     """Sampling seed (verl's default). Row i of step s is sampled with a seed made of (rollout.seed, data.seed, s, i),
     so a response does not depend on how many processes generated the batch."""
@@ -250,6 +258,11 @@ class RolloutCorrectionConfig:
     """Rejection sampling options, comma separated (e.g. "token_k1"); None = off."""
     rollout_rs_threshold: str | None = None
     """Thresholds of the rejection options."""
+    bypass_mode: bool = False
+    """True: skip the actor's recomputation of pi_old and use the rollout's log-probs instead (two policies);
+    the loss then compares pi_theta with pi_rollout (see loss_type). False: decoupled mode (three policies)."""
+    loss_type: str = "ppo_clip"
+    """Bypass mode's loss: ppo_clip (ratio pi_theta / pi_rollout, clipped) or reinforce (explicit IS weights)."""
 
 
 @dataclass
@@ -419,7 +432,7 @@ NO_EFFECT_REASONS = [
     ("*ulysses_sequence_parallel_size", "sequence parallelism: minirl runs whole sequences per process"),
     ("actor_rollout_ref.rollout.calculate_log_probs", "minirl's rollout always returns its log-probs"),
     ("actor_rollout_ref.rollout.*", "inference-engine setting (vLLM/SGLang): minirl's rollout is a KV-cached "
-                                    "decode loop sharing the actor's weights"),
+                                    "decode loop (its options: dtype, weight_sync_interval, top_k, top_p)"),
     ("*.ppo_micro_batch_size", "deprecated global micro-batch size: use ppo_micro_batch_size_per_gpu"),
     ("*.log_prob_micro_batch_size", "deprecated global micro-batch size: use log_prob_micro_batch_size_per_gpu"),
     ("*.forward_micro_batch_size", "deprecated global micro-batch size: use forward_micro_batch_size_per_gpu"),
@@ -592,6 +605,8 @@ def validate_config(config: Config) -> None:
             problems.append(f"{name}.min_lr_ratio must be in [0, 1] (got {optim.min_lr_ratio})")
     if algo.rollout_correction.rollout_is is not None:
         choice("algorithm.rollout_correction.rollout_is", algo.rollout_correction.rollout_is, ROLLOUT_IS_LEVELS)
+    choice("algorithm.rollout_correction.loss_type", algo.rollout_correction.loss_type, BYPASS_LOSS_TYPES)
+    choice("actor_rollout_ref.rollout.dtype", rollout.dtype, ROLLOUT_DTYPES)
     for option in (algo.rollout_correction.rollout_rs or "").split(","):
         if option.strip():
             choice("algorithm.rollout_correction.rollout_rs", option.strip(), ROLLOUT_RS_OPTIONS)
@@ -613,7 +628,8 @@ def validate_config(config: Config) -> None:
                 ("critic.ppo_mini_batch_size", config.critic.ppo_mini_batch_size),
                 ("critic.ppo_epochs", config.critic.ppo_epochs), ("data.max_response_length", data.max_response_length),
                 ("data.max_prompt_length", data.max_prompt_length), ("trainer.total_epochs", trainer.total_epochs),
-                ("actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n)]
+                ("actor_rollout_ref.rollout.val_kwargs.n", rollout.val_kwargs.n),
+                ("actor_rollout_ref.rollout.weight_sync_interval", rollout.weight_sync_interval)]
     positive += [(name, value) for name, value in (
         ("trainer.total_training_steps", trainer.total_training_steps),
         (f"{ACTOR}.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu),
@@ -657,9 +673,14 @@ def validate_config(config: Config) -> None:
         problems.append(f"actor_rollout_ref.rollout.top_p must be in (0, 1] (got {rollout.top_p})")
     if actor.optim.lr <= 0:
         problems.append(f"{ACTOR}.optim.lr must be > 0 (got {actor.optim.lr})")
-    if data.val_max_samples == 0 and trainer.test_freq > 0:
-        problems.append("data.val_max_samples=0 leaves nothing to validate on: set it to -1 (all) or a positive "
-                        "number, or turn validation off with trainer.test_freq=-1")
+    if data.val_max_samples == 0 and (trainer.test_freq > 0 or trainer.val_before_train):
+        problems.append("data.val_max_samples=0 is ambiguous (verl's loader reads it as 'no limit'): set -1 for all "
+                        "validation prompts or a positive number, or turn validation off with trainer.test_freq=-1 "
+                        "trainer.val_before_train=false")
+    if not rollout.do_sample and algo.adv_estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline"):
+        problems.append(f"actor_rollout_ref.rollout.do_sample=false makes the {rollout.n} responses to a prompt "
+                        f"identical, so {algo.adv_estimator}'s advantages are all 0 and nothing is learned: set "
+                        "do_sample=true (greedy decoding is for validation: rollout.val_kwargs.do_sample=false)")
     manager, kwargs = config.reward.reward_manager, config.reward.reward_kwargs
     choice("reward.reward_manager.name", manager.name, REWARD_MANAGERS)
     overlong = kwargs.overlong_buffer_cfg

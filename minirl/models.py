@@ -167,7 +167,10 @@ def _check_model_path(path: str | Path) -> str:
                 f"model path {text!r} is not a directory. Pass a model directory (for the tiny model: "
                 f"minirl.models.save_tiny_model(path)) or a hub id such as 'Qwen/Qwen2.5-0.5B-Instruct'.")
         if not (local / "config.json").exists():
-            raise FileNotFoundError(f"{text!r} has no config.json, so it is not a Hugging Face model directory.")
+            raise FileNotFoundError(
+                f"{text!r} has no config.json, so it is not a Hugging Face model directory: point the model path "
+                "(actor_rollout_ref.model.path, critic.model.path, reward.reward_model.model_path) at a directory "
+                "written by save_pretrained, or at a hub id.")
         return str(local)
     return text
 
@@ -195,8 +198,8 @@ def _from_pretrained(loader, path: str, **kwargs):
         if Path(path).is_dir():  # a local model directory whose files are broken (truncated weights, ...)
             raise ValueError(f"the model directory {path!r} could not be loaded ({type(error).__name__}: {error}). "
                              "Its files may be truncated or incomplete: save or download it again.") from error
-        if isinstance(error, OSError):
-            raise OSError(
+        if isinstance(error, OSError):  # a ValueError, so the command line reports it without a traceback
+            raise ValueError(
                 f"could not load {path!r} ({error}). A hub id needs network access (or a filled Hugging Face "
                 f"cache); offline, download the model elsewhere and pass its local directory instead.") from error
         raise

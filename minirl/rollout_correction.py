@@ -9,8 +9,16 @@ Two remedies, usable together:
     importance sampling (IS): weight each token's loss by a truncated exp(log_ratio)
     rejection sampling (RS):  drop tokens or whole sequences whose divergence is too large
 
+and two ways to run them (`algorithm.rollout_correction.bypass_mode`):
+    decoupled (default): three policies. The actor recomputes pi_old; PPO's ratio is pi_theta / pi_old,
+        and IS weights pi_old / pi_rollout, computed once per batch, correct for the rollout.
+    bypass: two policies. pi_old := pi_rollout (no recomputation); the loss itself compares the
+        policy being trained with the rollout (`compute_policy_loss_bypass_mode`), either with PPO's
+        clipped ratio (`loss_type=ppo_clip`) or REINFORCE with explicit IS weights (`reinforce`).
+
 Mirrors verl 0.9.1 `verl/trainer/ppo/rollout_corr_helper.py`: `compute_rollout_correction_weights`,
-`compute_rollout_rejection_mask`, `compute_offpolicy_metrics`. verl's functions return bare metric
+`compute_rollout_rejection_mask`, `compute_offpolicy_metrics`; and `verl/trainer/ppo/core_algos.py`:
+`compute_policy_loss_reinforce`, `compute_policy_loss_bypass_mode`. verl's helpers return bare metric
 names and their caller adds the `rollout_corr/` prefix; minirl returns the final prefixed names.
 verl differs: its rejection mask also logs per-option statistics (`rollout_rs_<option>_mean`, ...);
 minirl logs only the masked fractions. Chapter 9 reads this file.
@@ -22,10 +30,12 @@ import math
 
 import torch
 
-from minirl.core import check_same_shape, masked_mean, masked_sum
+from minirl.core import agg_loss, check_same_shape, masked_mean, masked_sum
+from minirl.ppo import compute_policy_loss
 
 SAFETY_BOUND = 20.0  # log-ratios are clamped to [-20, 20] before exp, so weights stay finite
 ROLLOUT_IS_LEVELS = ("token", "sequence")
+BYPASS_LOSS_TYPES = ("ppo_clip", "reinforce")
 ROLLOUT_RS_OPTIONS = (
     "token_k1", "token_k2", "token_k3",
     "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
@@ -309,3 +319,92 @@ def compute_offpolicy_metrics(
             "chi2_seq": (torch.exp(2.0 * seq_log_ratio).mean() - 1.0).item(),
         })
     return {PREFIX + key: value for key, value in metrics.items()}
+
+
+def compute_policy_loss_reinforce(
+    rollout_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-sum",
+    rollout_is_weights: torch.Tensor | None = None,
+    global_batch_info: dict | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """REINFORCE's loss with optional IS weights: no ratio, no clip.
+
+        loss_t  = -A_t * log pi_theta(a_t) * w_t          (w_t = 1 without IS; w is detached)
+        pg_loss = agg_loss(loss_t, response_mask, loss_agg_mode)
+        ppo_kl  = masked mean of rollout_log_prob - log_prob      (k1 KL(rollout || theta))
+
+    Mirrors `verl/trainer/ppo/core_algos.py::compute_policy_loss_reinforce`. All tensors (B, L).
+    Returns (pg_loss, {"actor/ppo_kl": ...}).
+    """
+    check_same_shape(rollout_log_prob=rollout_log_prob, log_prob=log_prob, advantages=advantages,
+                     response_mask=response_mask)
+    pg_losses = -advantages * log_prob
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, **(global_batch_info or {}))
+    ppo_kl = masked_mean(rollout_log_prob - log_prob, response_mask)
+    return pg_loss, {"actor/ppo_kl": ppo_kl.item()}
+
+
+def compute_policy_loss_bypass_mode(
+    rollout_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    correction,
+    loss_agg_mode: str = "token-mean",
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    global_batch_info: dict | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The policy loss of bypass mode, where the rollout's log-probs stand in for pi_old.
+
+    The IS weights and the rejection mask are computed here, per micro-batch, from the policy
+    being trained against the rollout: log_ratio = stopgrad(log_prob) - rollout_log_prob.
+
+        ppo_clip:   PPO's clipped loss with ratio pi_theta / pi_rollout. The ratio already is the
+                    importance weight (and the clip bounds it), so IS weights are only logged.
+        reinforce:  -A * log pi_theta * w with w the truncated IS weight (none if rollout_is is null).
+        Both:       the rejection mask (rollout_rs) removes tokens from the loss.
+
+    Mirrors `verl/trainer/ppo/core_algos.py::compute_policy_loss_bypass_mode`.
+
+    Args:
+        rollout_log_prob, log_prob, advantages, response_mask: (B, L); log_prob carries the gradient.
+        correction: the `algorithm.rollout_correction` config (loss_type, rollout_is, rollout_is_threshold,
+            rollout_is_batch_normalize, rollout_rs, rollout_rs_threshold).
+        loss_agg_mode, clip_ratio_*, global_batch_info: as in `minirl.ppo.compute_policy_loss`.
+    Returns:
+        (pg_loss, metrics): the loss's own metrics (`actor/ppo_kl`, and for ppo_clip `actor/pg_clipfrac`,
+        `actor/pg_clipfrac_lower`) plus the `rollout_corr/*` metrics of this micro-batch.
+    """
+    if correction.loss_type not in BYPASS_LOSS_TYPES:
+        raise ValueError(f"algorithm.rollout_correction.loss_type={correction.loss_type!r}; valid choices: "
+                         f"{BYPASS_LOSS_TYPES}.")
+    check_same_shape(rollout_log_prob=rollout_log_prob, log_prob=log_prob, advantages=advantages,
+                     response_mask=response_mask)
+    with torch.no_grad():
+        log_ratio = log_prob.detach() - rollout_log_prob  # log(pi_theta / pi_rollout)
+        weights, metrics = None, {}
+        if correction.rollout_is is not None:
+            weights, metrics = compute_rollout_correction_weights(
+                log_ratio, response_mask, correction.rollout_is, correction.rollout_is_threshold,
+                correction.rollout_is_batch_normalize)
+        mask = response_mask
+        if correction.rollout_rs is not None:
+            mask, rs_metrics = compute_rollout_rejection_mask(log_ratio, response_mask, correction.rollout_rs,
+                                                              correction.rollout_rs_threshold)
+            metrics.update(rs_metrics)
+        metrics.update(compute_offpolicy_metrics(log_prob.detach(), rollout_log_prob, response_mask))
+    if correction.loss_type == "reinforce":
+        pg_loss, pg_metrics = compute_policy_loss_reinforce(rollout_log_prob, log_prob, advantages, mask,
+                                                            loss_agg_mode, weights, global_batch_info)
+    else:  # ppo_clip: no IS weights, the clipped ratio is the correction (weights would count it twice)
+        pg_loss, pg_metrics = compute_policy_loss(rollout_log_prob, log_prob, advantages, mask, loss_agg_mode,
+                                                  clip_ratio_low, clip_ratio_high, clip_ratio_c,
+                                                  global_batch_info=global_batch_info)
+    return pg_loss, {**pg_metrics, **metrics}

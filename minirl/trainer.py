@@ -8,9 +8,10 @@ modes) instead of `batch.repeat(n, interleave=True)`. One training step, in verl
 
     uid per prompt -> repeat n (interleaved) -> generate -> (ReMax: greedy baseline) -> reward
     -> (DAPO: keep groups with a reward spread, generate more if needed) -> balance_batch
-    -> old log-probs (actor) -> reference log-probs (if a KL is used) -> values (if a critic is used)
-    -> KL in the reward (optional) -> rollout correction -> advantages
-    -> critic update -> actor update (after trainer.critic_warmup) -> checkpoint -> validation -> metrics
+    -> old log-probs (actor; bypass mode reuses the rollout's) -> reference log-probs (if a KL is used)
+    -> values (if a critic is used) -> KL in the reward (optional) -> rollout correction -> advantages
+    -> critic update -> actor update (after trainer.critic_warmup) -> checkpoint -> weight sync to the rollout
+    -> validation -> metrics
 
 The trainer decides *what* happens *when*; the workers (`minirl/workers.py`) do the model work.
 That split is HybridFlow's idea, and Chapter 10 reads this file beside verl's. Every process holds
@@ -135,12 +136,11 @@ class PPOTrainer:
         by_epochs = cfg.trainer.total_epochs * self.steps_per_epoch
         self.total_training_steps = min(cfg.trainer.total_training_steps or by_epochs, by_epochs)
 
-        rollout = cfg.actor_rollout_ref.rollout
+        rollout, algo = cfg.actor_rollout_ref.rollout, cfg.algorithm
         self.actor = Actor(models.load_policy(model_path), cfg.actor_rollout_ref.actor, rollout,
                            cfg.actor_rollout_ref.model.enable_gradient_checkpointing, self.accelerator,
-                           self.total_training_steps)
-        self.rollout = Rollout(self.actor, self.tokenizer)
-        algo = cfg.algorithm
+                           self.total_training_steps, algo.rollout_correction)
+        self.rollout = Rollout(self.actor, self.tokenizer, rollout.dtype, rollout.weight_sync_interval)
         self.use_reference = algo.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss
         self.reference = Reference(models.load_policy(model_path), cfg.actor_rollout_ref.ref, rollout.temperature,
                                    self.accelerator) if self.use_reference else None
@@ -315,12 +315,16 @@ class PPOTrainer:
         batch, epoch = self._collect_batch(timing, metrics)
         if cfg.trainer.balance_batch:
             batch = batch.select_idxs(balance_order(batch["attention_mask"].sum(-1)))
-        with timer("old_log_prob", timing):
-            old = self.actor.compute_log_prob(batch)
-            metrics["actor/entropy"] = agg_loss(old["entropys"], batch["response_mask"], actor_cfg.loss_agg_mode,
-                                                loss_scale_factor=actor_cfg.loss_scale_factor).item()
-            batch = batch.union(DataProto(batch={"old_log_probs": old["old_log_probs"]}))
-            metrics.update(compute_debug_metrics(batch))
+        bypass = algo.rollout_correction.bypass_mode
+        if bypass:  # verl's apply_bypass_mode: pi_old := pi_rollout, no recomputation (and no entropy metric)
+            batch = batch.union(DataProto(batch={"old_log_probs": batch["rollout_log_probs"]}))
+        else:
+            with timer("old_log_prob", timing):
+                old = self.actor.compute_log_prob(batch)
+                metrics["actor/entropy"] = agg_loss(old["entropys"], batch["response_mask"], actor_cfg.loss_agg_mode,
+                                                    loss_scale_factor=actor_cfg.loss_scale_factor).item()
+                batch = batch.union(DataProto(batch={"old_log_probs": old["old_log_probs"]}))
+                metrics.update(compute_debug_metrics(batch))
         if self.use_reference:
             with timer("ref", timing):
                 batch = batch.union(self.reference.compute_ref_log_prob(batch))
@@ -336,7 +340,8 @@ class PPOTrainer:
             else:
                 rewards = batch["token_level_scores"]
             batch.batch["token_level_rewards"] = rewards
-            batch = self._rollout_correction(batch, metrics)
+            if not bypass:  # bypass mode corrects inside the actor's loss
+                batch = self._rollout_correction(batch, metrics)
             batch = compute_advantage(batch, algo.adv_estimator, algo.gamma, algo.lam, algo.norm_adv_by_std_in_grpo,
                                           config=algo)
         if self.use_critic:
@@ -345,6 +350,8 @@ class PPOTrainer:
         if self._actor_turn():
             with timer("update_actor", timing):
                 metrics.update(self.actor.update_actor(batch, actor_cfg.ppo_mini_batch_size * n))
+            with timer("update_weights", timing):  # a no-op when the rollout shares the actor's weights
+                self.rollout.update_weights(actor_updates=self.global_step - max(cfg.trainer.critic_warmup, 1) + 1)
         metrics["training/epoch"] = epoch
         metrics.update(compute_data_metrics(batch, self.use_critic, cfg.data.max_prompt_length,
                                             cfg.data.max_response_length))
@@ -429,6 +436,9 @@ class PPOTrainer:
                         self.tokenizer.save_pretrained(tmp / name)
                 torch.save({"optimizer": trained.optimizer.state_dict(),
                             "lr_scheduler": trained.lr_scheduler.state_dict()}, tmp / f"{name}_optimizer.pt")
+            if self.rollout.model is not None:  # a stale or lower-precision engine copy resumes as it was
+                with models.quiet_progress():
+                    self.rollout.model.save_pretrained(tmp / "rollout")
             state = {"global_step": self.global_step, "data_position": self.data_position,
                      "kl_coef": self.kl_ctrl.value}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
@@ -460,6 +470,7 @@ class PPOTrainer:
         path = self.run_dir / f"{CHECKPOINT_PREFIX}{step}"
         try:
             state = json.loads((path / "trainer_state.json").read_text())
+            state = {key: state[key] for key in ("global_step", "data_position", "kl_coef")}  # all three, or an error
             loaded = {}
             for name, trained in self._trained().items():
                 with models.quiet_progress():
@@ -478,6 +489,12 @@ class PPOTrainer:
             trained.lr_scheduler.load_state_dict(optimizer["lr_scheduler"])
         self.global_step, self.data_position = state["global_step"], state["data_position"]
         self.kl_ctrl.value = state["kl_coef"]
+        if (path / "rollout").exists() and self.rollout.model is not None:
+            with models.quiet_progress():
+                self.rollout.model.load_state_dict(
+                    type(self.rollout.model).from_pretrained(path / "rollout").state_dict())
+        else:
+            self.rollout.update_weights()
         return True
 
     # ------------------------------------------------------------------------------------------

@@ -23,12 +23,13 @@ whose gradients are accumulated before the one optimizer step of the mini-batch.
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections import defaultdict
 
 import torch
 
 from minirl import models
-from minirl.config import ActorConfig, CriticConfig, RefConfig, RolloutConfig
+from minirl.config import ActorConfig, CriticConfig, RefConfig, RolloutConfig, RolloutCorrectionConfig
 from minirl.core import agg_loss
 from minirl.kl import kl_penalty
 from minirl.metrics import mean_of
@@ -37,6 +38,7 @@ from minirl.parallel import all_reduce_max, all_reduce_sum, dp_chunk, dp_compute
 from minirl.ppo import compute_policy_loss, compute_value_loss
 from minirl.protocol import DataProto
 from minirl.rollout import generate_sequences
+from minirl.rollout_correction import compute_policy_loss_bypass_mode
 from minirl.seqlen_balancing import row_micro_batches, token_budget_micro_batches
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
@@ -166,11 +168,39 @@ class _TrainedModel:
 
 
 class Rollout:
-    """The rollout engine, sharing the actor's weights (verl's colocated "hybrid engine")."""
+    """The rollout engine. By default it samples with the actor's own weights (verl's colocated "hybrid engine").
 
-    def __init__(self, actor: Actor, tokenizer):
+    Two engine options make it a separate engine with its own copy of the weights, the way a vLLM
+    server is one (Chapter 9 uses them to create a training/rollout mismatch on purpose):
+        dtype="bfloat16" (or float16): the copy is cast, so sampling runs in lower precision;
+        sync_interval=k > 1: the copy is refreshed only after every k-th actor update (stale weights).
+    `update_weights` is verl's weight sync (`checkpoint_manager.update_weights` after `update_actor`).
+    """
+
+    def __init__(self, actor: Actor, tokenizer, dtype: str = "float32", sync_interval: int = 1):
         self.actor = actor
         self.tokenizer = tokenizer
+        self.sync_interval = sync_interval
+        self.model = None  # None: sample with the actor's weights
+        if dtype != "float32" or sync_interval > 1:
+            self.model = copy.deepcopy(actor.unwrapped_model).to(getattr(torch, dtype)).eval().requires_grad_(False)
+
+    @property
+    def engine_model(self):
+        """The weights the engine samples with."""
+        return self.actor.unwrapped_model if self.model is None else self.model
+
+    @torch.no_grad()
+    def update_weights(self, actor_updates: int | None = None) -> bool:
+        """Copy (and cast) the actor's weights into the engine's copy; True if it did.
+
+        With `actor_updates` (the number of actor updates so far) it copies only when that is a multiple
+        of sync_interval. An engine that shares the actor's weights has nothing to copy.
+        """
+        if self.model is None or (actor_updates is not None and actor_updates % self.sync_interval):
+            return False
+        self.model.load_state_dict(self.actor.unwrapped_model.state_dict())  # copies and casts each tensor
+        return True
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -182,7 +212,7 @@ class Rollout:
         def generate(chunk: DataProto) -> DataProto:
             info = chunk.meta_info
             out = generate_sequences(
-                self.actor.unwrapped_model, chunk["input_ids"], chunk["attention_mask"], self.tokenizer.eos_token_id,
+                self.engine_model, chunk["input_ids"], chunk["attention_mask"], self.tokenizer.eos_token_id,
                 self.tokenizer.pad_token_id, info["response_length"], n=1, do_sample=info["do_sample"],
                 temperature=info["temperature"], top_p=info["top_p"], top_k=info["top_k"],
                 seeds=chunk["row_seed"].tolist() if info["do_sample"] else None)
@@ -196,10 +226,11 @@ class Actor(_TrainedModel):
     """The policy being trained (verl's actor: `engine_workers.py::ActorRolloutRefWorker` + `TrainingWorker`)."""
 
     def __init__(self, model, config: ActorConfig, rollout_config: RolloutConfig, gradient_checkpointing: bool,
-                 accelerator, total_training_steps: int):
+                 accelerator, total_training_steps: int, correction: RolloutCorrectionConfig | None = None):
         super().__init__(model, config.optim, accelerator, total_training_steps, gradient_checkpointing)
         self.config = config
         self.rollout_config = rollout_config
+        self.correction = correction or RolloutCorrectionConfig()
         self.temperature = rollout_config.temperature
 
     def _log_probs(self, data: DataProto, calculate_entropy: bool, model=None):
@@ -229,6 +260,9 @@ class Actor(_TrainedModel):
 
         Losses are those of the whole mini-batch (pg_loss, entropy_loss, kl_loss); pg_clipfrac, ppo_kl
         and pg_clipfrac_lower are token-weighted over it. See `_update` for the loop.
+
+        In rollout correction's bypass mode `old_log_probs` holds the rollout's log-probs and the loss is
+        `compute_policy_loss_bypass_mode`; its `rollout_corr/*` metrics are token-weighted like the fractions.
         """
         cfg = self.config
         self.model.train()
@@ -238,11 +272,17 @@ class Actor(_TrainedModel):
             mask = micro["response_mask"].to(self.accelerator.device)
             log_prob, entropy = self._log_probs(micro, calculate_entropy=cfg.entropy_coeff != 0)
             device = log_prob.device
-            pg_loss, fractions = compute_policy_loss(
-                micro["old_log_probs"].to(device), log_prob, micro["advantages"].to(device), mask,
-                cfg.loss_agg_mode, cfg.clip_ratio_low, cfg.clip_ratio_high, cfg.clip_ratio_c,
-                rollout_is_weights=micro["rollout_is_weights"].to(device) if "rollout_is_weights" in micro else None,
-                global_batch_info=info)
+            old_log_prob, advantages = micro["old_log_probs"].to(device), micro["advantages"].to(device)
+            if self.correction.bypass_mode:  # old_log_probs are the rollout's: the loss corrects for it
+                pg_loss, fractions = compute_policy_loss_bypass_mode(
+                    old_log_prob, log_prob, advantages, mask, self.correction, cfg.loss_agg_mode, cfg.clip_ratio_low,
+                    cfg.clip_ratio_high, cfg.clip_ratio_c, global_batch_info=info)
+            else:
+                pg_loss, fractions = compute_policy_loss(
+                    old_log_prob, log_prob, advantages, mask, cfg.loss_agg_mode, cfg.clip_ratio_low,
+                    cfg.clip_ratio_high, cfg.clip_ratio_c, global_batch_info=info,
+                    rollout_is_weights=micro["rollout_is_weights"].to(device) if "rollout_is_weights" in micro
+                    else None)
             loss, losses = pg_loss, {"actor/pg_loss": pg_loss.item()}
             if cfg.entropy_coeff != 0:
                 entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)

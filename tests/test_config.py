@@ -15,7 +15,7 @@ from minirl.trainer import train
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "data" / "verl_scripts"
 SCRIPT_NAMES = ["grpo_trainer", "ppo_trainer", "rloo_trainer", "remax_trainer", "reinforce_plus_plus_trainer"]
-MINIRL_ONLY = {"trainer.progress_bar"}  # keys with no verl 0.9.1 equivalent
+MINIRL_ONLY = {"trainer.progress_bar", "actor_rollout_ref.rollout.weight_sync_interval"}  # no verl 0.9.1 equivalent
 # Keys verl 0.9.1 reads but does not declare: its DAPO scripts add them with Hydra's `+`
 # (experimental/reward_loop/reward_manager/dapo.py reads them from config.reward.reward_kwargs).
 VERL_PLUS_KEYS = {"reward.reward_kwargs.max_resp_len", *(f"reward.reward_kwargs.overlong_buffer_cfg.{key}"
@@ -127,7 +127,9 @@ def test_critic_follows_the_actor_unless_set():
     (["actor_rollout_ref.actor.kl_loss_coef=-0.1"], "KL coefficients must be >= 0"),
     (["algorithm.lam=1.5"], "algorithm.lam must be in [0, 1]"),
     (["algorithm.gamma=-0.1"], "algorithm.gamma must be in [0, 1]"),
-    (["data.val_max_samples=0"], "val_max_samples=0 leaves nothing to validate"),
+    (["data.val_max_samples=0"], "val_max_samples=0 is ambiguous"),
+    (["data.val_max_samples=0", "trainer.test_freq=-1"], "trainer.val_before_train=false"),  # step 0 validates
+    (["actor_rollout_ref.rollout.do_sample=false"], "grpo's advantages are all 0"),
     (["data.truncation=cut"], "error, left, right, middle"),
     (["actor_rollout_ref.actor.optim.lr_scheduler_type=linear"], "constant, cosine"),
     (["critic.ppo_mini_batch_size=5"], "critic.ppo_mini_batch_size=5 must divide"),

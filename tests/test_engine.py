@@ -372,6 +372,13 @@ def test_normalize_math_answer_unwraps_only_closed_text():
     assert rewards.normalize_math_answer("\\text{" * 3 + "7}") == "\\text{\\text{7"
 
 
+@pytest.mark.timeout(60)
+def test_normalize_math_answer_is_not_quadratic_on_unclosed_text():
+    """A guard, not a speed claim: the old lazy regex needed about 5 s for 16000 unclosed \\text{ and grew with the
+    square, so 64000 of them would take well over the timeout; the linear one takes milliseconds."""
+    assert rewards.normalize_math_answer("\\text{" * 64000 + "7").endswith("7")
+
+
 def test_truncated_weights_are_a_clear_error(tmp_path):
     path = models.save_tiny_model(tmp_path / "tiny")
     weights = path / "model.safetensors"

@@ -122,7 +122,7 @@ RESUME_ARGS = ["trainer.total_training_steps=4", "trainer.save_freq=2", "trainer
                "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
 
 
-def test_killed_run_resumes_to_the_same_metrics(tmp_path):
+def test_killed_run_resumes_to_the_same_metrics(tmp_path, capfd):
     uninterrupted = train([f"trainer.default_local_dir={tmp_path / 'full'}", *RESUME_ARGS], show_progress=False)
 
     run_dir = tmp_path / "killed"
@@ -137,6 +137,7 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path):
     assert (run_dir / LATEST_FILE).read_text() == "2"
 
     resumed = train([f"trainer.default_local_dir={run_dir}", *RESUME_ARGS], show_progress=False)
+    assert f"minirl: resumed from {run_dir / 'global_step_2'} (step 2 of 4)" in capfd.readouterr().err
     assert [r["step"] for r in resumed] == [3, 4]
     assert [r["step"] for r in load_metrics(run_dir)] == [0, 1, 2, 3, 4]  # no step logged twice
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm", "response_length/mean"):
@@ -181,6 +182,52 @@ def test_a_fresh_run_sets_an_earlier_run_aside_instead_of_overwriting_it(tmp_pat
     assert (run_dir / LATEST_FILE).read_text() == "1" and not (run_dir / "global_step_2").exists()
 
 
+def test_a_run_that_fails_after_setting_an_earlier_run_aside_loses_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    train([f"trainer.default_local_dir={run_dir}", *SMALL, "trainer.save_freq=-1"], show_progress=False)  # no ckpt
+    earlier = {name: (run_dir / name).read_text() for name in ("metrics.jsonl", "config.yaml")}
+    broken = tmp_path / "broken_reward.py"
+    broken.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    raise RuntimeError('this reward is broken')\n")
+    with pytest.raises(RuntimeError, match="this reward is broken"):  # fails at its first reward, after set_aside
+        train([f"trainer.default_local_dir={run_dir}", *SMALL, f"reward.custom_reward_function.path={broken}"],
+              show_progress=False)
+    (moved,) = (run_dir / "previous").iterdir()
+    assert {name: (moved / name).read_text() for name in earlier} == earlier
+
+
+def bad_row_file(tmp_path) -> str:
+    from minirl import data
+
+    row = {"data_source": "minirl/arithmetic", "prompt": "1+2=?", "ability": "math",
+           "reward_model": {"style": "rule", "ground_truth": "3"}, "extra_info": {"index": 0}}
+    return str(data.write_parquet([row], tmp_path / "bad.parquet"))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda tmp: ["actor_rollout_ref.actor.optim.clip_grad=-1"], "clip_grad must be > 0"),
+    (lambda tmp: ["algorithm.gamma=1.5"], "algorithm.gamma must be in [0, 1]"),
+    (lambda tmp: [f"data.train_files={bad_row_file(tmp)}"], "row 0: prompt must be a list of chat messages"),
+    (lambda tmp: ["data.val_files=/nonexistent/test.parquet"], "data.val_files: dataset file"),
+    (lambda tmp: [f"actor_rollout_ref.model.path={tmp}"], "has no config.json"),
+    (lambda tmp: ["trainer.resume_mode=auto", "CORRUPT"], "cannot be loaded"),
+], ids=["config", "range", "dataset-row", "val-file", "model-dir", "corrupt-checkpoint"])
+def test_bad_input_exits_2_without_a_traceback_and_keeps_the_earlier_run(tmp_path, bad, message):
+    run_dir = tmp_path / "run"
+    train([f"trainer.default_local_dir={run_dir}", *SMALL], show_progress=False)
+    overrides = bad(tmp_path)
+    if "CORRUPT" in overrides:  # the latest checkpoint's weights are truncated
+        overrides.remove("CORRUPT")
+        weights = run_dir / "global_step_2" / "actor" / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:1000])
+    before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file() and ".lock" not in path.name}
+    cli = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={run_dir}", *SMALL,
+                          "trainer.progress_bar=false", *overrides], cwd=REPO, capture_output=True, text=True)
+    assert cli.returncode == 2 and message in cli.stderr and "Traceback" not in cli.stderr, cli.stderr[-2000:]
+    after = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file() and ".lock" not in path.name}
+    assert after == before  # nothing moved, rewritten or deleted
+
+
 def test_a_second_run_on_a_busy_directory_is_refused(tmp_path):
     from minirl.run_dir import RunDirectoryBusy, RunLock
 
@@ -191,7 +238,8 @@ def test_a_second_run_on_a_busy_directory_is_refused(tmp_path):
         cli = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={run_dir}", *SMALL,
                               "trainer.progress_bar=false"], cwd=REPO, capture_output=True, text=True)
         assert cli.returncode == 2 and "another minirl run" in cli.stderr, cli.stderr[-2000:]
-    assert not (run_dir / "metrics.jsonl").exists()  # the refused runs wrote nothing
+        assert "Traceback" not in cli.stderr
+    assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "config.yaml").exists()  # nothing written
     train([f"trainer.default_local_dir={run_dir}", *SMALL, "trainer.total_training_steps=1"], show_progress=False)
 
 

@@ -367,6 +367,35 @@ def test_offpolicy_metrics(seed, dtype):
         assert len(ours) == len(theirs), f"verl reports {set(theirs) - {k[len(rc.PREFIX):] for k in ours}} too"
 
 
+BYPASS_CASES = [("ppo_clip", None, None, None), ("ppo_clip", "token", "token_k1", "0.5_2.0"),
+                ("reinforce", None, None, None), ("reinforce", "token", None, None),
+                ("reinforce", "sequence", "seq_max_k2", "2.5"),
+                ("reinforce", "token", "token_k1,seq_mean_k3", "0.6_1.6,0.5")]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("loss_type, level, rs, rs_threshold", BYPASS_CASES)
+def test_bypass_mode_policy_loss_values_metrics_and_gradients(loss_type, level, rs, rs_threshold, mode, seed, dtype):
+    """Bypass mode: pi_old := pi_rollout; the loss computes IS weights and the RS mask from pi_theta itself."""
+    new, rollout, mask = mismatch_batch(seed, dtype, scale=0.05)
+    new[0, 0] = rollout[0, 0] + 0.5  # keep the sequence weights finite and varied (no +30 outlier here)
+    mask[:, 0] = 1  # verl requires a valid token in every micro-batch; keep every row non-empty
+    adv = torch.randn(new.shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    correction = Cfg(bypass_mode=True, loss_type=loss_type, rollout_is=level, rollout_is_threshold=2.0,
+                     rollout_is_batch_normalize=False, rollout_rs=rs, rollout_rs_threshold=rs_threshold)
+    (ours, ours_m), ours_g = grad_of(lambda lp: rc.compute_policy_loss_bypass_mode(
+        rollout, lp, adv, mask, correction, mode), new)
+    config = actor_config()
+    config.policy_loss = {"rollout_correction": correction}
+    (theirs, theirs_m), theirs_g = grad_of(lambda lp: V.compute_policy_loss_bypass_mode(
+        rollout, lp, adv, mask, mode, config), new)
+    assert_close("compute_policy_loss_bypass_mode", ours, theirs, dtype)
+    assert_close("compute_policy_loss_bypass_mode grad", ours_g, theirs_g, dtype)
+    assert_metrics_close("compute_policy_loss_bypass_mode", ours_m, theirs_m, dtype)
+
+
 # ----------------------------------------------------------------------------------------------
 # Rewards (verl/utils/reward_score/gsm8k.py) and the naive reward manager's placement
 # ----------------------------------------------------------------------------------------------
