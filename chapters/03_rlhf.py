@@ -322,7 +322,9 @@ for beta, measured in points.items():
 #   ($\beta = 0.05$), a gap beyond the seed spread; the two leashes do not differ beyond theirs. On the
 #   held-out prompts the unleashed policies are 3.6 to 13 nats (per answer) away from the SFT model and
 #   right 11% to 43% of the time, against the SFT model's 50%; with $\beta = 0.05$ they are 0.5 to 0.8
-#   nats away and right 57% of the time (all three seeds), better than the SFT model.
+#   nats away and right 57% of the time (all three seeds). A share of 200 answers has a standard error of
+#   about 0.035, so the unleashed fall is far outside it, while the leashed gain over the SFT model (0.065,
+#   about two standard errors) is likely but not certain.
 # - **The figure of Gao et al., on a laptop.** Against $\sqrt{\mathrm{KL}}$, the proxy jumps from the SFT
 #   model's -0.83 to about -0.72 within the first nat and then stays there, while the gold rises over that
 #   first nat and then falls far below where it started. The unleashed policies' extra distance bought no

@@ -178,7 +178,9 @@ for seed, history in main.items():
 # - **Training longer over-fits the pairs.** The training margins keep growing, the held-out accuracy
 #   only creeps from about 0.63 to 0.66, the KL keeps growing (0.6 after one epoch, 1.9 after three),
 #   and the gold reward falls back from its peak: 0.675-0.705 after three epochs, below the 0.715-0.720
-#   after one, beyond the seed spread. `rewards/accuracies` on the training batches says nothing about it.
+#   after one in every seed. That drop is about one standard error of the evaluation (below), so it is a
+#   hint, not a finding; the growing KL is the clear part. `rewards/accuracies` on the training batches
+#   says nothing about either.
 # - **The length flaw is learned too.** Answers grow from 29 to 35 tokens: the comparisons prefer worked
 #   answers (Chapter 3, section 1), and DPO fits that preference as the reward model did.
 #
@@ -226,10 +228,17 @@ for name, measured in rows.items():
           f"({min(kls):5.2f}-{max(kls):5.2f}) {np.mean([m['response_length'] for m in measured]):7.1f}")
 
 # %% [markdown]
-# **What this comparison shows, and what it does not.** On this task, with these settings, both routes
-# raise the gold reward over the SFT model (0.505) using nothing but the comparisons: reward model +
-# PPO to 0.57 (seeds 0.565-0.575), DPO after one epoch to 0.72 (0.715-0.720), at a similar KL (0.6 nats
-# per answer for both). Both gains, and DPO's lead over PPO here, are beyond the seed spread. It does
+# **How precise these numbers are.** Each gold number is the share of right answers among 200 sampled
+# answers, so it carries a binomial standard error of about $\sqrt{0.5 \cdot 0.5 / 200} \approx 0.035$
+# on top of the seed spread (every policy is evaluated on the same prompts with the same sampling seed,
+# which is why seeds can agree exactly). Only differences of about two standard errors (0.07) or more
+# are claimed below.
+#
+# **What this comparison shows, and what it does not.** On this task, with these settings, DPO after one
+# epoch raises the gold reward from the SFT model's 0.505 to 0.72 (seeds 0.715-0.720), six standard
+# errors, using nothing but the comparisons, and beats reward model + PPO (0.57, seeds 0.565-0.575) by
+# four. PPO's own gain over the SFT model (0.065) is about two standard errors: likely, not certain. The
+# KL to the SFT model is similar (0.6 nats per answer for both). It does
 # **not** show that one method is better in general: one tiny model, one task, one budget, and
 # hyperparameters (PPO's learning rate, steps and $\beta$, DPO's $\beta$ and epochs) that were not tuned
 # for each. Part of PPO's handicap is visible in Chapter 3: its reward model agrees with the gold on only
@@ -263,8 +272,10 @@ plt.show()
 # %% [markdown]
 # Here the strongest leash did best after one epoch. Smaller $\beta$ moved the policy further from the
 # SFT model (KL 0.40, 0.57, 0.65 nats per answer for $\beta$ = 0.3, 0.1, 0.03), and the extra distance
-# bought less gold, not more (0.755, 0.72, 0.695; $\beta = 0.3$ is beyond the others' seed spread, while
-# the ranges of 0.1 and 0.03 touch). The extra freedom
+# bought less gold, not more (0.755, 0.72, 0.695). The ordering is the same in every seed, but the steps
+# are one standard error each (0.035); only $\beta = 0.3$ against $\beta = 0.03$ (0.06) approaches two, so
+# read it as a tendency. The three seeds of $\beta = 0.3$ agree exactly because they wrote the same
+# answers under the same evaluation seed. The extra freedom
 # went into the labels' noise and flaw rather than into what the labels are about. Which $\beta$ is
 # best depends on the data, the learning rate and the number of epochs: sweep it, and judge by
 # held-out answers, not by the training margins.
