@@ -404,7 +404,10 @@ class PPOTrainer:
         n = self.config.actor_rollout_ref.rollout.val_kwargs.n
         uids = [str(i) for i in range(len(self.val_rows))]
         prompts = self._prompt_batch(self.val_rows, uids)
-        output = self._generate(prompts, n, self._sampling(validation=True), (VALIDATION, self.global_step))
+        # the actor's own weights: with a stale or low-precision rollout engine, validation still judges the policy
+        # being trained (verl's synchronous trainer validates right after syncing the engine)
+        output = self._generate(prompts, n, {**self._sampling(validation=True), "actor_weights": True},
+                                (VALIDATION, self.global_step))
         batch = DataProto(non_tensor_batch=prompts.non_tensor_batch).repeat(n, interleave=True).union(output)
         scored = self._reward(batch)
         infos = {"reward": scored["token_level_scores"].sum(-1).tolist(),

@@ -206,13 +206,16 @@ class Rollout:
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Prompts (input_ids, attention_mask) -> one response per row (repeat rows first for n > 1).
 
-        meta_info: response_length, do_sample, temperature, top_p, top_k. The batch field `row_seed` holds
-        one seed per row of the global batch; each process samples its chunk with its rows' seeds.
+        meta_info: response_length, do_sample, temperature, top_p, top_k, and optionally actor_weights=True
+        (sample with the actor's current weights instead of the engine's copy: validation judges the policy being
+        trained). The batch field `row_seed` holds one seed per row of the global batch; each process samples its
+        chunk with its rows' seeds.
         """
         def generate(chunk: DataProto) -> DataProto:
             info = chunk.meta_info
+            model = self.actor.unwrapped_model if info.get("actor_weights") else self.engine_model
             out = generate_sequences(
-                self.engine_model, chunk["input_ids"], chunk["attention_mask"], self.tokenizer.eos_token_id,
+                model, chunk["input_ids"], chunk["attention_mask"], self.tokenizer.eos_token_id,
                 self.tokenizer.pad_token_id, info["response_length"], n=1, do_sample=info["do_sample"],
                 temperature=info["temperature"], top_p=info["top_p"], top_k=info["top_k"],
                 seeds=chunk["row_seed"].tolist() if info["do_sample"] else None)

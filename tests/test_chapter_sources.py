@@ -44,6 +44,8 @@ ANSWERS = {
     "06_dpo": ["dpo.dpo_loss", "dpo.dpo_metrics"],
     "07_baselines": ["rloo.compute_rloo_outcome_advantage", "remax.compute_remax_outcome_advantage"],
     "08_r1": ["rewards.think_format", "rewards.extract_solution", "metrics.pass_at_k"],
+    "09_rollout_corr": ["rollout_correction.compute_rollout_correction_weights",
+                        "rollout_correction.compute_rollout_rejection_mask"],
 }
 
 

@@ -496,6 +496,81 @@ def test_chapter6_graders_explain_the_classic_mistakes(tmp_path, source, expecte
         assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
 
 
+WRONG_CH09_NO_TRUNCATION = '''
+import torch
+
+def truncated_is_weights(log_ratio, response_mask, threshold):
+    mask = response_mask.float()
+    weights = (torch.exp(torch.clamp(log_ratio, -20, 20)) * mask).detach()      # no truncation at threshold
+    mean = (weights * mask).sum() / mask.sum()
+    return weights, (1 / (((weights / mean) ** 2 * mask).sum() / mask.sum())).item()
+
+def sequence_rejection_mask(log_ratio, response_mask, threshold):
+    l = torch.clamp(log_ratio, -20, 20)
+    k3 = (torch.exp(l) - 1 - l) * response_mask
+    keep = k3.sum(-1, keepdim=True) <= threshold                                # the sum, not the mean
+    return (response_mask * keep).to(response_mask.dtype)
+'''
+
+WRONG_CH09_NO_MASK = '''
+import torch
+
+def truncated_is_weights(log_ratio, response_mask, threshold):
+    mask = response_mask.float()
+    weights = torch.exp(torch.clamp(log_ratio, -20, 20)).clamp(max=threshold).detach()   # forgot the mask
+    mean = (weights * mask).sum() / mask.sum()
+    return weights, (1 / (((weights / mean) ** 2 * mask).sum() / mask.sum())).item()
+
+def sequence_rejection_mask(log_ratio, response_mask, threshold):
+    l = torch.clamp(log_ratio, -20, 20)
+    k3 = torch.exp(l) - 1 - l
+    return (response_mask * (k3 <= threshold)).to(response_mask.dtype)         # tokens, not sequences
+'''
+
+WRONG_CH09_RAW_ESS = '''
+import torch
+
+def truncated_is_weights(log_ratio, response_mask, threshold):
+    mask = response_mask.float()
+    raw = torch.exp(torch.clamp(log_ratio, -20, 20)) * mask
+    weights = raw.clamp(max=threshold).detach()
+    mean = (raw * mask).sum() / mask.sum()                                      # ESS of the untruncated ratios
+    return weights, (1 / (((raw / mean) ** 2 * mask).sum() / mask.sum())).item()
+
+def sequence_rejection_mask(log_ratio, response_mask, threshold):
+    k1 = -torch.clamp(log_ratio, -20, 20)                                       # k1, not k3
+    m = response_mask.float()
+    keep = (k1 * m).sum(-1, keepdim=True) / (m.sum(-1, keepdim=True) + 1e-8) <= threshold
+    return (response_mask * keep).to(response_mask.dtype)
+'''
+
+
+@pytest.mark.parametrize("source, expected", [
+    (WRONG_CH09_NO_TRUNCATION, {"test_truncated_is_toy": "You did not truncate",
+                                "test_truncated_is_cuts_only_large_weights": "You did not truncate",
+                                "test_sequence_rejection_toy": "passed",
+                                "test_sequence_rejection_uses_the_mean_not_the_sum": "the SUM of k3",
+                                "test_sequence_rejection_drops_whole_sequences": "the SUM of k3"}),
+    (WRONG_CH09_NO_MASK, {"test_truncated_is_toy": "You forgot the mask",
+                          "test_truncated_is_padding_weighs_zero": "You forgot the mask",
+                          "test_truncated_is_cuts_only_large_weights": "passed",
+                          "test_sequence_rejection_uses_k3": "passed",
+                          "test_sequence_rejection_toy": "You rejected single tokens",
+                          "test_sequence_rejection_drops_whole_sequences": "You rejected single tokens"}),
+    (WRONG_CH09_RAW_ESS, {"test_truncated_is_toy": "from the raw ratios, before truncation",
+                          "test_eff_sample_size_toy": "from the raw ratios, before truncation",
+                          "test_sequence_rejection_toy": "You used k1",
+                          "test_sequence_rejection_uses_k3": "You used k1"}),
+])
+def test_chapter9_graders_explain_the_classic_mistakes(tmp_path, source, expected):
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "ch09_rollout_corr.py").write_text(source)
+    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch09_rollout_corr.py")
+    for test, message in expected.items():
+        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+
+
 # ----------------------------------------------------------------------------------------------
 # One exercise, all of its checks: `make grade EX=N` (pytest --exercise N)
 # ----------------------------------------------------------------------------------------------
@@ -550,7 +625,8 @@ def filter_groups(metric_values, index):
 
 WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
          "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch05_dapo": WRONG_CH05,
-         "ch06_dpo": WRONG_CH06_NAIVE, "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08}
+         "ch06_dpo": WRONG_CH06_NAIVE, "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08,
+         "ch09_rollout_corr": WRONG_CH09_NO_MASK}
 
 
 def marked_checks() -> dict[str, int]:
@@ -570,7 +646,7 @@ def test_make_grade_passes_one_exercise_to_pytest():
     makefile = (REPO / "Makefile").read_text()
     assert "$(if $(EX),--exercise $(EX))" in makefile
     for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "05_dapo", "06_dpo", "07_baselines",
-                    "08_r1"):  # same command
+                    "08_r1", "09_rollout_corr"):  # same command
         assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
 
 

@@ -194,8 +194,9 @@ def compare_table(results: dict[str, list[list[dict]]], key: str) -> str:
     table says the difference is within noise. With one seed (fast mode) nothing can be claimed.
     """
     spreads = {label: final_spread(runs, key) for label, runs in results.items()}
-    lines = [f"{'variant':16s} {'final mean':>10s}  {'min':>6s}  {'max':>6s}"]
-    lines += [f"{label:16s} {mean:10.3f}  {low:6.3f}  {high:6.3f}" for label, (mean, low, high) in spreads.items()]
+    width = max(16, *(len(label) for label in spreads))
+    lines = [f"{'variant':{width}s} {'final mean':>10s}  {'min':>6s}  {'max':>6s}"]
+    lines += [f"{label:{width}s} {mean:10.3f}  {low:6.3f}  {high:6.3f}" for label, (mean, low, high) in spreads.items()]
     seeds_run = min(len(runs) for runs in results.values())
     labels = list(spreads)
     for i, a in enumerate(labels):
