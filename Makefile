@@ -20,6 +20,7 @@ VENV       ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PY         := $(VENV)/bin/python
 INSTALLED  := $(VENV)/.installed
+RAY_INSTALLED := $(VENV)/.ray-installed
 VERL_VENV  ?= .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_INSTALLED := $(VERL_VENV)/.installed
@@ -36,6 +37,11 @@ $(INSTALLED): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
 	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+# Ray is an optional extra: only Chapter 10 and its tests use it (trainer.use_ray); make test and make lab add it.
+$(RAY_INSTALLED): $(INSTALLED)
+	$(PY) -m pip install --quiet -e ".[dev,ray]"
 	touch $@
 
 # The book's math renderer, from the npm registry (served by the site itself; see minirl/book/mkdocs_hooks.py).
@@ -66,7 +72,7 @@ demo: install
 		trainer.total_training_steps=60 trainer.test_freq=10 trainer.resume_mode=disable
 	$(PY) -m minirl plot runs/demo
 
-test: install $(VERL_INSTALLED) $(TRL_INSTALLED)
+test: install $(RAY_INSTALLED) $(VERL_INSTALLED) $(TRL_INSTALLED)
 	$(PY) -m ruff check .
 	$(PY) -m minirl warm-start > /dev/null  # built once, before the parallel workers need it
 	$(PY) -m minirl preference-data > /dev/null  # the preference task of Chapters 3 and 6, likewise
@@ -97,7 +103,7 @@ book: install
 serve: install
 	$(PY) -m mkdocs serve
 
-lab: install
+lab: install $(RAY_INSTALLED)
 	$(VENV)/bin/jupyter lab chapters/
 
 grade: install

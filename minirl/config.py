@@ -198,6 +198,9 @@ class RefConfig:
 
 @dataclass
 class ActorRolloutRefConfig:
+    hybrid_engine: bool = True
+    """True: the rollout engine shares the actor's weights (verl's hybrid engine, colocated). False: the engine keeps
+    its own copy, synced after each actor update (with trainer.use_ray, in a worker group of its own)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
@@ -330,6 +333,9 @@ class TrainerConfig:
     """Tracker run name."""
     progress_bar: bool = True
     """Show a tqdm bar over steps (minirl only: verl always shows one)."""
+    use_ray: bool = False
+    """minirl only (verl always uses Ray): run the actor, rollout, reference and critic as Ray worker groups of
+    n_gpus_per_node * nnodes processes each, driven by this process (Chapter 10; needs `pip install ray`)."""
 
 
 @dataclass
@@ -392,6 +398,17 @@ class RewardConfig:
 
 
 @dataclass
+class RayInitConfig:
+    num_cpus: int | None = None
+    """CPUs Ray may use; null = all of the machine's (`ray.init(num_cpus=...)`)."""
+
+
+@dataclass
+class RayKwargsConfig:
+    ray_init: RayInitConfig = field(default_factory=RayInitConfig)
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
@@ -399,6 +416,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -439,7 +457,7 @@ NO_EFFECT_REASONS = [
     ("trainer.use_v1", "minirl mirrors the legacy RayPPOTrainer.fit() path (use_v1=false); see minirl/README.md"),
     ("trainer.device", "accelerate picks the device"),
     ("trainer.logger", "minirl writes console, tensorboard and wandb; other loggers are skipped"),
-    ("ray_kwargs.*", "minirl runs no Ray cluster: processes come from accelerate launch"),
+    ("ray_kwargs.*", "minirl reads only ray_kwargs.ray_init.num_cpus (with trainer.use_ray)"),
     ("transfer_queue.*", "the v1 trainer's data transport; minirl passes batches in memory"),
     ("global_profiler.*", "profilers are not wired in minirl"),
     ("*.profiler.*", "profilers are not wired in minirl"),

@@ -64,7 +64,7 @@ from minirl.rollout_correction import (
 from minirl.run_dir import CHECKPOINT_PREFIX, LATEST_FILE, RunLock, set_aside
 from minirl.seqlen_balancing import balance_order
 from minirl.sft import default_warm_start, warm_start_dir
-from minirl.workers import Actor, Critic, Reference, Rollout
+from minirl.workers import build_actor, build_critic, build_reference, build_rollout
 
 TRAIN, VALIDATION = 0, 1  # tags that keep training and validation sampling seeds apart
 
@@ -100,7 +100,6 @@ class PPOTrainer:
                   file=sys.stderr)
         self.show_progress = cfg.trainer.progress_bar if show_progress is None else show_progress
         self.seed = 0 if cfg.data.seed is None else cfg.data.seed
-        torch.manual_seed(self.seed)  # the critic's new value head is the only random initialisation
         self._check_world_size()
 
         # Models and data. "tiny" means the cached SFT warm start and its dataset (built once).
@@ -136,20 +135,25 @@ class PPOTrainer:
         by_epochs = cfg.trainer.total_epochs * self.steps_per_epoch
         self.total_training_steps = min(cfg.trainer.total_training_steps or by_epochs, by_epochs)
 
-        rollout, algo = cfg.actor_rollout_ref.rollout, cfg.algorithm
-        self.actor = Actor(models.load_policy(model_path), cfg.actor_rollout_ref.actor, rollout,
-                           cfg.actor_rollout_ref.model.enable_gradient_checkpointing, self.accelerator,
-                           self.total_training_steps, algo.rollout_correction)
-        self.rollout = Rollout(self.actor, self.tokenizer, rollout.dtype, rollout.weight_sync_interval)
+        algo = cfg.algorithm
         self.use_reference = algo.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss
-        self.reference = Reference(models.load_policy(model_path), cfg.actor_rollout_ref.ref, rollout.temperature,
-                                   self.accelerator) if self.use_reference else None
         self.use_critic = cfg.critic.enable if cfg.critic.enable is not None else algo.adv_estimator == "gae"
-        if self.use_critic:
-            critic_path = model_path if cfg.critic.model.path == TINY else cfg.critic.model.path
-            self.critic = Critic(models.load_critic(critic_path), cfg.critic,
-                                 cfg.critic.model.enable_gradient_checkpointing, self.accelerator,
-                                 self.total_training_steps)
+        critic_path = (model_path if cfg.critic.model.path == TINY else cfg.critic.model.path) \
+            if self.use_critic else None
+        if cfg.trainer.use_ray:  # the same roles as Ray worker groups, driven from here (Chapter 10)
+            from minirl.single_controller import build_ray_workers
+
+            roles = build_ray_workers(cfg, model_path, critic_path, self.use_reference, self.total_training_steps,
+                                      self.seed)
+        else:  # the same roles as objects in this process (every process of a launch holds one of each)
+            actor = build_actor(cfg, model_path, self.accelerator, self.total_training_steps)
+            roles = {"actor": actor, "rollout": build_rollout(actor, self.tokenizer, cfg),
+                     "reference": build_reference(cfg, model_path, self.accelerator) if self.use_reference else None,
+                     "critic": build_critic(cfg, critic_path, self.accelerator, self.total_training_steps, self.seed)
+                     if self.use_critic else None}
+        self.actor, self.rollout, self.reference, self.critic = (roles[k] for k in ("actor", "rollout", "reference",
+                                                                                     "critic"))
+        self.worker_groups = roles.get("groups", [])  # Ray's processes, stopped when fit() ends
         self.kl_ctrl = (AdaptiveKLController(algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
                         if algo.kl_ctrl.type == "adaptive" else FixedKLController(algo.kl_ctrl.kl_coef))
         self.global_step = 0
@@ -160,8 +164,14 @@ class PPOTrainer:
     # ------------------------------------------------------------------------------------------
 
     def _check_world_size(self) -> None:
+        """The data-parallel size: the launch's processes, or with trainer.use_ray the ranks of each worker group."""
         cfg = self.config
-        if cfg.trainer.n_gpus_per_node is not None and cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes != self.world:
+        if cfg.trainer.use_ray:
+            if self.world > 1:
+                raise ValueError("trainer.use_ray drives the worker groups from one process: start it with "
+                                 "`python -m minirl train ...`, not with accelerate launch or torchrun.")
+            self.world = (cfg.trainer.n_gpus_per_node or 1) * cfg.trainer.nnodes  # ranks per worker group
+        elif cfg.trainer.n_gpus_per_node is not None and cfg.trainer.n_gpus_per_node * cfg.trainer.nnodes != self.world:
             raise ValueError(f"trainer.n_gpus_per_node * trainer.nnodes = {cfg.trainer.n_gpus_per_node} * "
                              f"{cfg.trainer.nnodes} but the launch started {self.world} process(es): make them agree "
                              "(or drop trainer.n_gpus_per_node to use whatever the launch started).")
@@ -171,13 +181,13 @@ class PPOTrainer:
                               ("critic.ppo_mini_batch_size", cfg.critic.ppo_mini_batch_size)):
             if prompts * n % self.world:
                 raise ValueError(f"{name} * rollout.n = {prompts * n} responses per mini-batch must be divisible "
-                                 f"by the number of processes ({self.world}), as in verl.")
+                                 f"by the number of processes or ranks ({self.world}), as in verl.")
 
     def _resolve_paths(self) -> tuple:
         cfg = self.config
         paths = [cfg.actor_rollout_ref.model.path, cfg.data.train_files, cfg.data.val_files]
         if TINY in paths:
-            if self.world > 1 and not (warm_start_dir() / "warm_start.json").exists():
+            if self.accelerator.num_processes > 1 and not (warm_start_dir() / "warm_start.json").exists():
                 # Building it here would run SFT's own data-parallel training inside this launch.
                 raise ValueError("the tiny warm start is not built yet: run `python -m minirl warm-start` once "
                                  "(one process), then launch the processes.")
@@ -433,15 +443,8 @@ class PPOTrainer:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
             for name, trained in self._trained().items():
-                with models.quiet_progress():
-                    trained.unwrapped_model.save_pretrained(tmp / name)
-                    if name == "actor":
-                        self.tokenizer.save_pretrained(tmp / name)
-                torch.save({"optimizer": trained.optimizer.state_dict(),
-                            "lr_scheduler": trained.lr_scheduler.state_dict()}, tmp / f"{name}_optimizer.pt")
-            if self.rollout.model is not None:  # a stale or lower-precision engine copy resumes as it was
-                with models.quiet_progress():
-                    self.rollout.model.save_pretrained(tmp / "rollout")
+                trained.save_checkpoint(tmp, name, self.tokenizer if name == "actor" else None)
+            self.rollout.save_checkpoint(tmp)  # a stale or lower-precision engine copy resumes as it was
             state = {"global_step": self.global_step, "data_position": self.data_position,
                      "kl_coef": self.kl_ctrl.value}
             (tmp / "trainer_state.json").write_text(json.dumps(state))
@@ -474,30 +477,17 @@ class PPOTrainer:
         try:
             state = json.loads((path / "trainer_state.json").read_text())
             state = {key: state[key] for key in ("global_step", "data_position", "kl_coef")}  # all three, or an error
-            loaded = {}
             for name, trained in self._trained().items():
-                with models.quiet_progress():
-                    weights = type(trained.unwrapped_model).from_pretrained(path / name).state_dict()
-                loaded[name] = (weights, torch.load(path / f"{name}_optimizer.pt", weights_only=True))
-        except Exception as error:
+                trained.load_checkpoint(path, name)
+        except Exception as error:  # nothing on disk changed; the run stops, so a half-loaded model is never used
             earlier = sorted(p.name for p in self.run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p != path)
             raise CheckpointError(
                 f"the latest checkpoint {path} cannot be loaded ({type(error).__name__}: {error}). Nothing was "
                 f"deleted; earlier checkpoints: {earlier or 'none'}. Point {latest} at an earlier step, remove "
                 f"the broken directory, or set trainer.resume_mode=disable to start over.") from error
-        for name, trained in self._trained().items():
-            weights, optimizer = loaded[name]
-            trained.unwrapped_model.load_state_dict(weights)
-            trained.optimizer.load_state_dict(optimizer["optimizer"])
-            trained.lr_scheduler.load_state_dict(optimizer["lr_scheduler"])
         self.global_step, self.data_position = state["global_step"], state["data_position"]
         self.kl_ctrl.value = state["kl_coef"]
-        if (path / "rollout").exists() and self.rollout.model is not None:
-            with models.quiet_progress():
-                self.rollout.model.load_state_dict(
-                    type(self.rollout.model).from_pretrained(path / "rollout").state_dict())
-        else:
-            self.rollout.update_weights()
+        self.rollout.load_checkpoint(path)
         return True
 
     # ------------------------------------------------------------------------------------------
@@ -511,8 +501,12 @@ class PPOTrainer:
         directory is refused. A fresh run moves an earlier run's files to `previous/` instead of
         overwriting them.
         """
-        with RunLock(self.run_dir) if self.accelerator.is_main_process else contextlib.nullcontext():
-            return self._fit()
+        try:
+            with RunLock(self.run_dir) if self.accelerator.is_main_process else contextlib.nullcontext():
+                return self._fit()
+        finally:
+            for group in self.worker_groups:
+                group.shutdown()
 
     def _start(self) -> bool:
         """Resume if a checkpoint says so; otherwise set an earlier run's files aside. Writes config.yaml."""

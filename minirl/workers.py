@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 
@@ -114,6 +115,25 @@ class _TrainedModel:
     def unwrapped_model(self):
         return self.accelerator.unwrap_model(self.model)
 
+    def save_checkpoint(self, directory: Path, name: str, tokenizer=None) -> None:
+        """`<directory>/<name>/` (a Hugging Face directory, with the tokenizer if given) and
+        `<directory>/<name>_optimizer.pt` (optimizer and lr schedule)."""
+        with models.quiet_progress():
+            self.unwrapped_model.save_pretrained(directory / name)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(directory / name)
+        torch.save({"optimizer": self.optimizer.state_dict(), "lr_scheduler": self.lr_scheduler.state_dict()},
+                   directory / f"{name}_optimizer.pt")
+
+    def load_checkpoint(self, directory: Path, name: str) -> None:
+        """Load what `save_checkpoint` wrote: weights, optimizer and lr schedule (a broken file raises)."""
+        with models.quiet_progress():
+            weights = type(self.unwrapped_model).from_pretrained(directory / name).state_dict()
+        optimizer = torch.load(directory / f"{name}_optimizer.pt", weights_only=True)
+        self.unwrapped_model.load_state_dict(weights)
+        self.optimizer.load_state_dict(optimizer["optimizer"])
+        self.lr_scheduler.load_state_dict(optimizer["lr_scheduler"])
+
     def _optimizer_step(self) -> float:
         """Clip the (already all-reduced) gradient, step unless it is not finite (verl skips), zero it."""
         grad_norm = self.accelerator.clip_grad_norm_(self.model.parameters(), self.optim_config.clip_grad)
@@ -167,6 +187,17 @@ class _TrainedModel:
         return result
 
 
+def generate_rows(model, tokenizer, chunk: DataProto) -> DataProto:
+    """One response per row of `chunk` (input_ids, attention_mask, row_seed; sampling settings in meta_info)."""
+    info = chunk.meta_info
+    out = generate_sequences(
+        model, chunk["input_ids"], chunk["attention_mask"], tokenizer.eos_token_id, tokenizer.pad_token_id,
+        info["response_length"], n=1, do_sample=info["do_sample"], temperature=info["temperature"],
+        top_p=info["top_p"], top_k=info["top_k"], seeds=chunk["row_seed"].tolist() if info["do_sample"] else None)
+    out.pop("response_length")
+    return DataProto(batch={k: v.cpu() for k, v in out.items()})
+
+
 class Rollout:
     """The rollout engine. By default it samples with the actor's own weights (verl's colocated "hybrid engine").
 
@@ -177,12 +208,13 @@ class Rollout:
     `update_weights` is verl's weight sync (`checkpoint_manager.update_weights` after `update_actor`).
     """
 
-    def __init__(self, actor: Actor, tokenizer, dtype: str = "float32", sync_interval: int = 1):
+    def __init__(self, actor: Actor, tokenizer, dtype: str = "float32", sync_interval: int = 1,
+                 separate: bool = False):
         self.actor = actor
         self.tokenizer = tokenizer
         self.sync_interval = sync_interval
         self.model = None  # None: sample with the actor's weights
-        if dtype != "float32" or sync_interval > 1:
+        if separate or dtype != "float32" or sync_interval > 1:  # separate: verl's hybrid_engine=false
             self.model = copy.deepcopy(actor.unwrapped_model).to(getattr(torch, dtype)).eval().requires_grad_(False)
 
     @property
@@ -211,18 +243,27 @@ class Rollout:
         trained). The batch field `row_seed` holds one seed per row of the global batch; each process samples its
         chunk with its rows' seeds.
         """
-        def generate(chunk: DataProto) -> DataProto:
-            info = chunk.meta_info
-            model = self.actor.unwrapped_model if info.get("actor_weights") else self.engine_model
-            out = generate_sequences(
-                model, chunk["input_ids"], chunk["attention_mask"], self.tokenizer.eos_token_id,
-                self.tokenizer.pad_token_id, info["response_length"], n=1, do_sample=info["do_sample"],
-                temperature=info["temperature"], top_p=info["top_p"], top_k=info["top_k"],
-                seeds=chunk["row_seed"].tolist() if info["do_sample"] else None)
-            out.pop("response_length")
-            return DataProto(batch={k: v.cpu() for k, v in out.items()})
+        return dp_compute(self.generate_on_rows, prompts, self.actor.accelerator)
 
-        return dp_compute(generate, prompts, self.actor.accelerator)
+    @torch.no_grad()
+    def generate_on_rows(self, chunk: DataProto) -> DataProto:
+        """`generate_sequences` on the rows this process was given (a worker rank's share of the batch)."""
+        model = self.actor.unwrapped_model if chunk.meta_info.get("actor_weights") else self.engine_model
+        return generate_rows(model, self.tokenizer, chunk)
+
+    def save_checkpoint(self, directory: Path) -> None:
+        """Save the engine's own copy of the weights (`<directory>/rollout`), if it has one."""
+        if self.model is not None:
+            with models.quiet_progress():
+                self.model.save_pretrained(directory / "rollout")
+
+    def load_checkpoint(self, directory: Path) -> None:
+        """Restore the engine's copy from a checkpoint; without a saved copy, sync it from the actor."""
+        if self.model is not None and (directory / "rollout").exists():
+            with models.quiet_progress():
+                self.model.load_state_dict(type(self.model).from_pretrained(directory / "rollout").state_dict())
+        else:
+            self.update_weights()
 
 
 class Actor(_TrainedModel):
@@ -244,19 +285,21 @@ class Actor(_TrainedModel):
     @torch.no_grad()
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """old_log_probs and entropys (B, R) of the sampled responses under the current weights."""
+        return dp_compute(self.compute_log_prob_on_rows, data, self.accelerator)
+
+    @torch.no_grad()
+    def compute_log_prob_on_rows(self, chunk: DataProto) -> DataProto:
+        """`compute_log_prob` on the rows this process was given, in micro-batches."""
         self.model.eval()
         rollout = self.rollout_config
 
-        def forward(chunk: DataProto) -> DataProto:  # forward-only: the bare model, no DDP communication
-            log_probs, entropy = self._log_probs(chunk, calculate_entropy=True, model=self.unwrapped_model)
+        def forward(micro: DataProto) -> DataProto:  # forward-only: the bare model, no DDP communication
+            log_probs, entropy = self._log_probs(micro, calculate_entropy=True, model=self.unwrapped_model)
             return DataProto(batch={"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
 
-        def shard(chunk: DataProto) -> DataProto:
-            micro = make_micro_batches(chunk, rollout.log_prob_micro_batch_size_per_gpu,
-                                       rollout.log_prob_use_dynamic_bsz, rollout.log_prob_max_token_len_per_gpu)
-            return forward_in_micro_batches(forward, chunk, micro)
-
-        return dp_compute(shard, data, self.accelerator)
+        micro = make_micro_batches(chunk, rollout.log_prob_micro_batch_size_per_gpu,
+                                   rollout.log_prob_use_dynamic_bsz, rollout.log_prob_max_token_len_per_gpu)
+        return forward_in_micro_batches(forward, chunk, micro)
 
     def update_actor(self, data: DataProto, rows_per_mini_batch: int) -> dict[str, float]:
         """ppo_epochs passes of mini-batch updates over the global batch; returns actor/* metrics.
@@ -317,18 +360,20 @@ class Reference:
     @torch.no_grad()
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """ref_log_prob (B, R): log-probs of the responses under the reference model."""
-        def forward(chunk: DataProto) -> DataProto:
-            inputs = {k: chunk[k].to(self.accelerator.device) for k in MODEL_INPUTS}
-            log_probs, _ = models.compute_log_probs(self.model, **inputs, response_length=chunk["responses"].shape[1],
+        return dp_compute(self.compute_ref_log_prob_on_rows, data, self.accelerator)
+
+    @torch.no_grad()
+    def compute_ref_log_prob_on_rows(self, chunk: DataProto) -> DataProto:
+        """`compute_ref_log_prob` on the rows this process was given, in micro-batches."""
+        def forward(micro: DataProto) -> DataProto:
+            inputs = {k: micro[k].to(self.accelerator.device) for k in MODEL_INPUTS}
+            log_probs, _ = models.compute_log_probs(self.model, **inputs, response_length=micro["responses"].shape[1],
                                                     temperature=self.temperature)
             return DataProto(batch={"ref_log_prob": log_probs.cpu()})
 
-        def shard(chunk: DataProto) -> DataProto:
-            micro = make_micro_batches(chunk, self.config.log_prob_micro_batch_size_per_gpu,
-                                       self.config.log_prob_use_dynamic_bsz, self.config.log_prob_max_token_len_per_gpu)
-            return forward_in_micro_batches(forward, chunk, micro)
-
-        return dp_compute(shard, data, self.accelerator)
+        micro = make_micro_batches(chunk, self.config.log_prob_micro_batch_size_per_gpu,
+                                   self.config.log_prob_use_dynamic_bsz, self.config.log_prob_max_token_len_per_gpu)
+        return forward_in_micro_batches(forward, chunk, micro)
 
 
 class Critic(_TrainedModel):
@@ -347,16 +392,17 @@ class Critic(_TrainedModel):
     @torch.no_grad()
     def compute_values(self, data: DataProto) -> DataProto:
         """values (B, R): V(s_t) before each response token."""
+        return dp_compute(self.compute_values_on_rows, data, self.accelerator)
+
+    @torch.no_grad()
+    def compute_values_on_rows(self, chunk: DataProto) -> DataProto:
+        """`compute_values` on the rows this process was given, in micro-batches."""
         self.model.eval()
         cfg = self.config
-
-        def shard(chunk: DataProto) -> DataProto:
-            micro = make_micro_batches(chunk, cfg.forward_micro_batch_size_per_gpu, cfg.use_dynamic_bsz,
-                                       cfg.forward_max_token_len_per_gpu)
-            return forward_in_micro_batches(
-                lambda m: DataProto(batch={"values": self._values(m, self.unwrapped_model).cpu()}), chunk, micro)
-
-        return dp_compute(shard, data, self.accelerator)
+        micro = make_micro_batches(chunk, cfg.forward_micro_batch_size_per_gpu, cfg.use_dynamic_bsz,
+                                   cfg.forward_max_token_len_per_gpu)
+        return forward_in_micro_batches(
+            lambda m: DataProto(batch={"values": self._values(m, self.unwrapped_model).cpu()}), chunk, micro)
 
     def update_critic(self, data: DataProto, rows_per_mini_batch: int) -> dict[str, float]:
         """ppo_epochs passes of value regression over mini-batches; returns critic/* metrics (see `_update`)."""
@@ -374,3 +420,35 @@ class Critic(_TrainedModel):
             return vf_loss, {"critic/vf_loss": vf_loss.item()}, weighted
 
         return self._update(data, rows_per_mini_batch, cfg, micro_step, "critic/")
+
+
+# ----------------------------------------------------------------------------------------------
+# Building the workers from the config (the same builders run in this process or in a Ray worker)
+# ----------------------------------------------------------------------------------------------
+
+
+def build_actor(config, model_path: str, accelerator, total_training_steps: int) -> Actor:
+    """The actor from `actor_rollout_ref.*` (its rollout settings and the rollout-correction config included)."""
+    arr = config.actor_rollout_ref
+    return Actor(models.load_policy(model_path), arr.actor, arr.rollout, arr.model.enable_gradient_checkpointing,
+                 accelerator, total_training_steps, config.algorithm.rollout_correction)
+
+
+def build_rollout(actor: Actor, tokenizer, config) -> Rollout:
+    """The rollout engine beside the actor: shared weights, or its own copy (dtype, staleness, hybrid_engine=false)."""
+    rollout = config.actor_rollout_ref.rollout
+    return Rollout(actor, tokenizer, rollout.dtype, rollout.weight_sync_interval,
+                   separate=not config.actor_rollout_ref.hybrid_engine)
+
+
+def build_reference(config, model_path: str, accelerator) -> Reference:
+    """The frozen reference policy (used when a KL is in the reward or in the loss)."""
+    arr = config.actor_rollout_ref
+    return Reference(models.load_policy(model_path), arr.ref, arr.rollout.temperature, accelerator)
+
+
+def build_critic(config, critic_path: str, accelerator, total_training_steps: int, seed: int) -> Critic:
+    """The critic; its new value head is the only random initialisation, seeded by `seed` (data.seed)."""
+    torch.manual_seed(seed)
+    return Critic(models.load_critic(critic_path), config.critic, config.critic.model.enable_gradient_checkpointing,
+                  accelerator, total_training_steps)

@@ -1,0 +1,65 @@
+"""Chapter 10's worker groups on Ray: the dispatch modes, and a Ray run that equals the in-process run."""
+
+import pytest
+import torch
+
+from minirl.protocol import DataProto
+from minirl.single_controller import (
+    ActorWorker,
+    Dispatch,
+    collect_dp_compute_data_proto,
+    dispatch_dp_compute_data_proto,
+)
+from minirl.trainer import train
+
+SMALL = ["trainer.logger=[]", "trainer.resume_mode=disable", "trainer.total_training_steps=2", "trainer.test_freq=2",
+         "trainer.val_before_train=false", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+         "actor_rollout_ref.rollout.n=4", "data.val_max_samples=16", "trainer.save_freq=2",
+         "algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true"]  # every role: actor, rollout, ref, critic
+
+
+def test_dp_compute_proto_splits_in_order_and_collects_back():
+    data = DataProto(batch={"x": torch.arange(7)}, non_tensor_batch={"uid": [str(i) for i in range(7)]})
+    chunks = dispatch_dp_compute_data_proto(data, 3)
+    assert [len(chunk) for chunk in chunks] == [3, 2, 2]  # the first ones one row longer
+    assert collect_dp_compute_data_proto(chunks)["x"].tolist() == list(range(7))
+    with pytest.raises(ValueError, match="cannot be split over 8 ranks"):
+        dispatch_dp_compute_data_proto(data, 8)
+
+
+def test_worker_methods_declare_their_dispatch_mode():
+    assert ActorWorker.generate_sequences.dispatch_mode is Dispatch.DP_COMPUTE_PROTO
+    assert ActorWorker.compute_log_prob.dispatch_mode is Dispatch.DP_COMPUTE_PROTO
+    assert ActorWorker.update_actor.dispatch_mode is Dispatch.ONE_TO_ALL
+    assert ActorWorker.save_checkpoint.dispatch_mode is Dispatch.RANK_ZERO
+
+
+def assert_same_metrics(ours, theirs):
+    """Every metric but timings and throughput: relative 1e-4, or 1e-6 absolute for values near 0."""
+    assert [r["step"] for r in ours] == [r["step"] for r in theirs]
+    for mine, other in zip(ours, theirs):
+        keys = {k for k in mine if not k.startswith(("timing", "perf/"))}
+        assert keys == {k for k in other if not k.startswith(("timing", "perf/"))}
+        for key in keys:
+            assert mine[key] == pytest.approx(other[key], rel=1e-4, abs=1e-6), (mine["step"], key)
+
+
+@pytest.mark.parametrize("layout", [["actor_rollout_ref.hybrid_engine=true"],
+                                    ["actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=2"]],
+                         ids=["colocated-1-rank", "separate-rollout-2-ranks"])
+def test_a_ray_run_equals_the_in_process_run_and_resumes(tmp_path, layout):
+    in_process = train([f"trainer.default_local_dir={tmp_path / 'local'}", *SMALL], show_progress=False)
+    on_ray = train([f"trainer.default_local_dir={tmp_path / 'ray'}", *SMALL, "trainer.use_ray=true", *layout],
+                   show_progress=False)
+    assert_same_metrics(on_ray, in_process)
+    assert on_ray[-1]["timing_s/update_weights"] >= 0 and "critic/vf_loss" in on_ray[-1]
+    checkpoint = tmp_path / "ray" / "global_step_2"
+    assert (checkpoint / "actor" / "config.json").exists() and (checkpoint / "critic_optimizer.pt").exists()
+    assert (checkpoint / "rollout").exists() == ("actor_rollout_ref.hybrid_engine=false" in layout)
+    # resume on Ray from that checkpoint: every rank loads it, and step 3 runs
+    more = [arg.replace("total_training_steps=2", "total_training_steps=3").replace("resume_mode=disable",
+                                                                                     "resume_mode=auto")
+            for arg in SMALL]
+    resumed = train([f"trainer.default_local_dir={tmp_path / 'ray'}", *more, "trainer.use_ray=true", *layout],
+                    show_progress=False)
+    assert [r["step"] for r in resumed] == [3]
