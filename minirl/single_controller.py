@@ -258,7 +258,7 @@ class WorkerGroup:
         self.workers = [remote.options(name=f"minirl-{name}-{rank}-{port}").remote(rank, world_size, port, *args,
                                                                                       **kwargs)
                         for rank in range(world_size)]
-        ray.get([worker.ready.remote() for worker in self.workers])  # wait until every rank is built
+        self.ready = [worker.ready.remote() for worker in self.workers]  # resolved once every rank is built
         self._methods = {name: method.dispatch_mode for name, method in vars(worker_class).items()
                          if hasattr(method, "dispatch_mode")}
 
@@ -365,5 +365,6 @@ def build_ray_workers(config, model_path: str, critic_path: str | None, use_refe
     critic = (WorkerGroup("critic", CriticWorker, ranks, config, critic_path, total_training_steps, seed)
               if critic_path is not None else None)
     groups = [actor, *([rollout.group] if isinstance(rollout, SeparateRollout) else []), reference, critic]
+    ray.get([ready for group in groups if group is not None for ready in group.ready])  # all start in parallel
     return {"actor": actor, "rollout": rollout, "reference": reference, "critic": critic,
             "groups": [group for group in groups if group is not None]}

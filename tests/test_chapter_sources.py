@@ -46,6 +46,8 @@ ANSWERS = {
     "08_r1": ["rewards.think_format", "rewards.extract_solution", "metrics.pass_at_k"],
     "09_rollout_corr": ["rollout_correction.compute_rollout_correction_weights",
                         "rollout_correction.compute_rollout_rejection_mask"],
+    "10_hybridflow": ["single_controller.dispatch_dp_compute_data_proto",
+                      "single_controller.collect_dp_compute_data_proto"],
 }
 
 

@@ -15,7 +15,8 @@ from minirl.trainer import train
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "data" / "verl_scripts"
 SCRIPT_NAMES = ["grpo_trainer", "ppo_trainer", "rloo_trainer", "remax_trainer", "reinforce_plus_plus_trainer"]
-MINIRL_ONLY = {"trainer.progress_bar", "actor_rollout_ref.rollout.weight_sync_interval"}  # no verl 0.9.1 equivalent
+MINIRL_ONLY = {"trainer.progress_bar", "trainer.use_ray",  # no verl 0.9.1 equivalent
+               "actor_rollout_ref.rollout.weight_sync_interval"}
 # Keys verl 0.9.1 reads but does not declare: its DAPO scripts add them with Hydra's `+`
 # (experimental/reward_loop/reward_manager/dapo.py reads them from config.reward.reward_kwargs).
 VERL_PLUS_KEYS = {"reward.reward_kwargs.max_resp_len", *(f"reward.reward_kwargs.overlong_buffer_cfg.{key}"

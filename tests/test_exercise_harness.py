@@ -571,6 +571,120 @@ def test_chapter9_graders_explain_the_classic_mistakes(tmp_path, source, expecte
         assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
 
 
+WRONG_CH10_INTERLEAVED = '''
+from minirl.protocol import DataProto
+
+def dp_dispatch(data, world_size):
+    if len(data) < world_size:
+        raise ValueError(f"{len(data)} rows for {world_size} ranks")
+    return [data.select_idxs(list(range(rank, len(data), world_size))) for rank in range(world_size)]  # round-robin
+
+def dp_collect(outputs):
+    return DataProto.concat(outputs)
+
+def step_stages(config, step=1):
+    algo = config.algorithm
+    use_critic = config.critic.enable if config.critic.enable is not None else algo.adv_estimator == "gae"
+    stages = [("gen", "rollout"), ("reward", "driver")]
+    if not algo.rollout_correction.bypass_mode:
+        stages.append(("old_log_prob", "actor"))
+    stages.append(("ref", "reference"))                                     # the reference, always
+    if use_critic:
+        stages.append(("values", "critic"))
+    stages.append(("adv", "driver"))
+    if use_critic:
+        stages.append(("update_critic", "critic"))
+    if config.trainer.critic_warmup <= step:
+        stages += [("update_actor", "actor"), ("update_weights", "rollout")]
+    return stages
+'''
+
+WRONG_CH10_FLOOR = '''
+from minirl.protocol import DataProto
+
+def dp_dispatch(data, world_size):
+    size = len(data) // world_size                                          # the remainder is dropped
+    return [data.slice(rank * size, (rank + 1) * size) for rank in range(world_size)]
+
+def dp_collect(outputs):
+    return DataProto.concat(outputs)
+
+def step_stages(config, step=1):
+    algo = config.algorithm
+    use_critic = config.critic.enable if config.critic.enable is not None else algo.adv_estimator == "gae"
+    stages = [("gen", "rollout"), ("reward", "driver"), ("old_log_prob", "actor")]   # even in bypass mode
+    if algo.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
+        stages.append(("ref", "reference"))
+    if use_critic:
+        stages.append(("values", "critic"))
+    stages.append(("adv", "driver"))
+    if config.trainer.critic_warmup <= step:
+        stages += [("update_actor", "actor"), ("update_weights", "rollout")]
+    if use_critic:
+        stages.append(("update_critic", "critic"))                          # after the actor
+    return stages
+'''
+
+WRONG_CH10_REMAINDER_LAST = '''
+from minirl.protocol import DataProto
+
+def dp_dispatch(data, world_size):
+    if len(data) < world_size:
+        raise ValueError("not enough rows")                                 # how many ranks?
+    base, extra = divmod(len(data), world_size)
+    sizes = [base + (rank >= world_size - extra) for rank in range(world_size)]   # the remainder to the LAST chunks
+    starts = [sum(sizes[:rank]) for rank in range(world_size)]
+    return [data.slice(start, start + size) for start, size in zip(starts, sizes)]
+
+def dp_collect(outputs):
+    return DataProto.concat(outputs[::-1])                                  # last rank first
+
+def step_stages(config, step=1):
+    algo = config.algorithm
+    use_critic = config.critic.enable if config.critic.enable is not None else algo.adv_estimator == "gae"
+    stages = [("gen", "rollout"), ("reward", "driver")]
+    if not algo.rollout_correction.bypass_mode:
+        stages.append(("old_log_prob", "actor"))
+    if algo.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss:
+        stages.append(("ref", "reference"))
+    if use_critic:
+        stages += [("values", "critic"), ("adv", "driver"), ("update_critic", "critic")]
+    else:
+        stages.append(("adv", "driver"))
+    return stages + [("update_actor", "actor"), ("update_weights", "rollout")]   # critic_warmup forgotten
+'''
+
+
+@pytest.mark.parametrize("source, expected", [
+    (WRONG_CH10_INTERLEAVED, {"test_dp_dispatch_toy": "You dealt the rows round-robin",
+                              "test_dp_dispatch_round_trip": "You dealt the rows round-robin",
+                              "test_dp_dispatch_refuses_fewer_rows_than_ranks": "passed",
+                              "test_dp_collect_gives_back_the_rows_in_order": "passed",
+                              "test_step_stages_grpo": "You always ran the reference",
+                              "test_step_stages_bypass_mode": "You always ran the reference",
+                              "test_step_stages_match_the_real_trainer": "You always ran the reference"}),
+    (WRONG_CH10_FLOOR, {"test_dp_dispatch_toy": "You dropped the last 1 row(s)",
+                        "test_dp_dispatch_refuses_fewer_rows_than_ranks": "returned without an error",
+                        "test_dp_dispatch_one_rank_gets_everything": "passed",
+                        "test_step_stages_grpo": "passed",
+                        "test_step_stages_gae_updates_the_critic_first": "You updated the actor before the critic",
+                        "test_step_stages_bypass_mode": "does not compute old_log_prob again"}),
+    (WRONG_CH10_REMAINDER_LAST, {"test_dp_dispatch_toy": "The extra rows went to the LAST chunks",
+                                 "test_dp_dispatch_refuses_fewer_rows_than_ranks": "does not say how many ranks",
+                                 "test_dp_collect_gives_back_the_rows_in_order": "from the last rank to the first",
+                                 "test_step_stages_gae_updates_the_critic_first": "passed",
+                                 "test_step_stages_critic_warmup": "You forgot trainer.critic_warmup",
+                                 "test_step_stages_match_the_real_trainer": "You forgot trainer.critic_warmup"}),
+])
+def test_chapter10_graders_explain_the_classic_mistakes(tmp_path, source, expected):
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    (wrong / "ch10_hybridflow.py").write_text(source)
+    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch10_hybridflow.py")
+    for test, message in expected.items():
+        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+
+
 # ----------------------------------------------------------------------------------------------
 # One exercise, all of its checks: `make grade EX=N` (pytest --exercise N)
 # ----------------------------------------------------------------------------------------------
@@ -626,7 +740,7 @@ def filter_groups(metric_values, index):
 WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
          "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch05_dapo": WRONG_CH05,
          "ch06_dpo": WRONG_CH06_NAIVE, "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08,
-         "ch09_rollout_corr": WRONG_CH09_NO_MASK}
+         "ch09_rollout_corr": WRONG_CH09_NO_MASK, "ch10_hybridflow": WRONG_CH10_INTERLEAVED}
 
 
 def marked_checks() -> dict[str, int]:
@@ -646,7 +760,7 @@ def test_make_grade_passes_one_exercise_to_pytest():
     makefile = (REPO / "Makefile").read_text()
     assert "$(if $(EX),--exercise $(EX))" in makefile
     for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "05_dapo", "06_dpo", "07_baselines",
-                    "08_r1", "09_rollout_corr"):  # same command
+                    "08_r1", "09_rollout_corr", "10_hybridflow"):  # same command
         assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
 
 
