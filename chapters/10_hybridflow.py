@@ -113,6 +113,10 @@ for worker in (ActorWorker, RolloutWorker, ReferenceWorker, CriticWorker):
     print(f"{worker.__name__:16s} {modes}")
 
 # %% [markdown]
+# With $n$ rows and $N$ ranks, let $b = \lfloor n/N \rfloor$ and $e = n \bmod N$. Rank $r$ gets the rows
+# $[s_r,\ s_r + b + \mathbb{1}[r < e])$ with $s_r = r\,b + \min(r, e)$: here $n = 7$, $N = 3$, so $b = 2$,
+# $e = 1$, and the chunks have 3, 2 and 2 rows.
+#
 # Two things to notice. Rows stay in order: rank 0 gets the first rows, and collecting in rank order
 # gives the batch back as it was sent, so the driver never has to track which row went where. And the
 # split ignores prompts: `prompt1`'s two answers may land on different ranks. That is fine for a forward
@@ -132,6 +136,11 @@ for worker in (ActorWorker, RolloutWorker, ReferenceWorker, CriticWorker):
 # group (verl's hybrid engine: same processes, same weights, `actor_rollout_ref.hybrid_engine=true`); and
 # on Ray with a **separate** rollout group that has its own copy of the weights, synced from the actor
 # after every update (`hybrid_engine=false`), with 2 ranks per group.
+#
+# Why can two ranks give the run of one? Each rank computes the loss of its rows of a mini-batch, divided
+# by the token count $T$ of the *whole* mini-batch: $L_r = \frac{1}{T}\sum_{t \in r} \ell_t$. The
+# all-reduce sums the ranks' gradients, $\sum_r \nabla L_r = \nabla \frac{1}{T}\sum_t \ell_t$, which is the
+# gradient one process computes on the whole mini-batch; only the order of the float additions differs.
 
 # %%
 LAYOUTS = {
@@ -236,7 +245,8 @@ print(f"\nOne weight sync moves the actor's whole state dict: "
 #   magnitude and the batch only with the number of tokens, so the share falls.
 # - **The weight sync is one more stage.** With a separate engine the driver reads the actor's state dict
 #   (`actor.state_dict`) and sends it to every rollout rank (`rollout.load_weights`): about 0.02 s for
-#   1.4 MiB here. A 7B model in bfloat16 is 14 GB; that is why verl streams the weights with NCCL or CUDA
+#   1.4 MiB here. A sync moves $P \times$ (bytes per parameter): a 7B model in bfloat16 is
+#   $7\cdot 10^9 \times 2$ bytes $= 14$ GB; that is why verl streams the weights with NCCL or CUDA
 #   IPC (`CheckpointEngineManager`) instead of passing them through the driver, and why colocation, where
 #   the engine reads the actor's weights in place, is the default.
 #

@@ -44,22 +44,28 @@ def assert_same_metrics(ours, theirs):
             assert mine[key] == pytest.approx(other[key], rel=1e-4, abs=1e-6), (mine["step"], key)
 
 
-@pytest.mark.parametrize("layout", [["actor_rollout_ref.hybrid_engine=true"],
-                                    ["actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=2"]],
-                         ids=["colocated-1-rank", "separate-rollout-2-ranks"])
-def test_a_ray_run_equals_the_in_process_run_and_resumes(tmp_path, layout):
-    in_process = train([f"trainer.default_local_dir={tmp_path / 'local'}", *SMALL], show_progress=False)
-    on_ray = train([f"trainer.default_local_dir={tmp_path / 'ray'}", *SMALL, "trainer.use_ray=true", *layout],
-                   show_progress=False)
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory):
+    return train([f"trainer.default_local_dir={tmp_path_factory.mktemp('local')}", *SMALL], show_progress=False)
+
+
+def test_a_colocated_ray_run_equals_the_in_process_run(tmp_path, in_process):
+    on_ray = train([f"trainer.default_local_dir={tmp_path}", *SMALL, "trainer.use_ray=true"], show_progress=False)
     assert_same_metrics(on_ray, in_process)
-    assert on_ray[-1]["timing_s/update_weights"] >= 0 and "critic/vf_loss" in on_ray[-1]
-    checkpoint = tmp_path / "ray" / "global_step_2"
+    assert not (tmp_path / "global_step_2" / "rollout").exists()  # the engine shares the actor's weights
+
+
+def test_a_separate_rollout_on_two_ranks_equals_the_in_process_run_and_resumes(tmp_path, in_process):
+    layout = ["trainer.use_ray=true", "actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=2"]
+    on_ray = train([f"trainer.default_local_dir={tmp_path}", *SMALL, *layout], show_progress=False)
+    assert_same_metrics(on_ray, in_process)
+    assert on_ray[-1]["timing_s/update_weights"] > 0 and "critic/vf_loss" in on_ray[-1]
+    checkpoint = tmp_path / "global_step_2"
     assert (checkpoint / "actor" / "config.json").exists() and (checkpoint / "critic_optimizer.pt").exists()
-    assert (checkpoint / "rollout").exists() == ("actor_rollout_ref.hybrid_engine=false" in layout)
+    assert (checkpoint / "rollout" / "config.json").exists()  # the separate engine's own copy
     # resume on Ray from that checkpoint: every rank loads it, and step 3 runs
     more = [arg.replace("total_training_steps=2", "total_training_steps=3").replace("resume_mode=disable",
                                                                                      "resume_mode=auto")
             for arg in SMALL]
-    resumed = train([f"trainer.default_local_dir={tmp_path / 'ray'}", *more, "trainer.use_ray=true", *layout],
-                    show_progress=False)
+    resumed = train([f"trainer.default_local_dir={tmp_path}", *more, *layout], show_progress=False)
     assert [r["step"] for r in resumed] == [3]

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -144,13 +145,22 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path, capfd):
         assert resumed[-1][key] == pytest.approx(uninterrupted[-1][key], rel=1e-5, abs=1e-7), key
 
 
-def test_corrupt_latest_checkpoint_is_a_clear_error_and_keeps_the_earlier_one(tmp_path):
+CORRUPTIONS = {
+    "truncated optimizer": lambda step: (step / "actor_optimizer.pt").write_bytes(b"truncated"),
+    "truncated weights": lambda step: (step / "actor" / "model.safetensors").write_bytes(b"\0" * 100),
+    "no trainer state": lambda step: (step / "trainer_state.json").unlink(),
+    "trainer state without a key": lambda step: (step / "trainer_state.json").write_text('{"global_step": 2}'),
+    "trainer state not JSON": lambda step: (step / "trainer_state.json").write_text("{global_step"),
+    "pointer to a missing step": lambda step: (step.parent / LATEST_FILE).write_text("7"),
+}
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
+def test_corrupt_latest_checkpoint_is_a_clear_error_and_keeps_the_earlier_one(tmp_path, earlier_run, corrupt):
     run_dir = tmp_path / "run"
-    args = [f"trainer.default_local_dir={run_dir}", "trainer.total_training_steps=2", "trainer.save_freq=1",
-            "trainer.test_freq=-1", "trainer.logger=[]", "data.train_batch_size=8",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
-    train(args, show_progress=False)
-    (run_dir / "global_step_2" / "actor_optimizer.pt").write_bytes(b"truncated")
+    shutil.copytree(earlier_run, run_dir)
+    args = [f"trainer.default_local_dir={run_dir}", *SMALL]
+    corrupt(run_dir / "global_step_2")
     with pytest.raises(RuntimeError, match="global_step_1") as info:
         PPOTrainer(config_lib.load_config(args + ["trainer.total_training_steps=3"]), show_progress=False).fit()
     assert "resume_mode=disable" in str(info.value)
@@ -196,6 +206,14 @@ def test_a_run_that_fails_after_setting_an_earlier_run_aside_loses_nothing(tmp_p
     assert {name: (moved / name).read_text() for name in earlier} == earlier
 
 
+@pytest.fixture(scope="module")
+def earlier_run(tmp_path_factory):
+    """A finished 2-step run with checkpoints at steps 1 and 2 (each test works on its own copy)."""
+    run_dir = tmp_path_factory.mktemp("earlier") / "run"
+    train([f"trainer.default_local_dir={run_dir}", *SMALL], show_progress=False)
+    return run_dir
+
+
 def bad_row_file(tmp_path) -> str:
     from minirl import data
 
@@ -212,9 +230,9 @@ def bad_row_file(tmp_path) -> str:
     (lambda tmp: [f"actor_rollout_ref.model.path={tmp}"], "has no config.json"),
     (lambda tmp: ["trainer.resume_mode=auto", "CORRUPT"], "cannot be loaded"),
 ], ids=["config", "range", "dataset-row", "val-file", "model-dir", "corrupt-checkpoint"])
-def test_bad_input_exits_2_without_a_traceback_and_keeps_the_earlier_run(tmp_path, bad, message):
+def test_bad_input_exits_2_without_a_traceback_and_keeps_the_earlier_run(tmp_path, earlier_run, bad, message):
     run_dir = tmp_path / "run"
-    train([f"trainer.default_local_dir={run_dir}", *SMALL], show_progress=False)
+    shutil.copytree(earlier_run, run_dir)
     overrides = bad(tmp_path)
     if "CORRUPT" in overrides:  # the latest checkpoint's weights are truncated
         overrides.remove("CORRUPT")
