@@ -166,7 +166,8 @@ for name, seed_runs, behind_only in table:
 # ## 4. Feel it: learning while the engine falls behind
 #
 # The same GRPO run, 3 seeds, with the engine synced after every update (on-policy), after every 4th,
-# and after every 8th. Validation always samples with the actor's own weights, so it measures the policy
+# and after every 8th. An "update" is one training step's `update_actor`: here 4 mini-batches, so 4
+# optimizer steps. Synced every 8, the engine can be 7 updates (28 optimizer steps) behind. Validation always samples with the actor's own weights, so it measures the policy
 # being trained, not the engine's stale copy.
 
 # %%
@@ -224,6 +225,19 @@ for name, seed_runs in runs.items():
         shares.append(f"{np.mean(per_seed):26.2f}" if per_seed else f"{'-':>26s}")
     print(f"{name:28s}" + "".join(shares))
 
+# What each correction costs (means over steps and seeds; "-" where the run logs no such metric)
+COSTS = {"IS mean": "rollout_corr/rollout_is_mean", "ESS": "rollout_corr/rollout_is_eff_sample_size",
+         "RS drops (tokens)": "rollout_corr/rollout_rs_masked_fraction", "s per step": "timing_s/step"}
+print(f"\n{'run':28s}" + "".join(f"{label:>20s}" for label in COSTS) + f"{'lowest IS mean':>16s}")
+for name, seed_runs in runs.items():
+    cells = []
+    for key in COSTS.values():
+        values = [r[key] for records in seed_runs for r in records if key in r]
+        cells.append(f"{np.mean(values):20.3f}" if values else f"{'-':>20s}")
+    lowest = [r["rollout_corr/rollout_is_mean"] for records in seed_runs for r in records
+              if "rollout_corr/rollout_is_mean" in r]
+    print(f"{name:28s}" + "".join(cells) + (f"{min(lowest):16.3f}" if lowest else f"{'-':>16s}"))
+
 # %% [markdown]
 # What we saw (3 seeds, validation after 30 steps):
 #
@@ -231,24 +245,27 @@ for name, seed_runs in runs.items():
 #   spread (0.24-0.43) and within noise of on-policy (0.48-0.53). Its ratio is
 #   $\pi_\theta/\pi_{\text{rollout}}$, so the clip is anchored at the engine's weights: between two syncs
 #   the policy cannot move far from the policy that samples, and the data stay close to on-policy
-#   (`rollout_corr/kl` above 0.1 in 3% of its steps, against 38% uncorrected). It is also the cheapest:
-#   no recomputation of $\pi_{\text{old}}$, 0.21-0.23 s per step against 0.26-0.30 s for the others.
+#   (`rollout_corr/kl` above 0.1 in 3% of its steps, against 38% uncorrected; in bypass mode this metric is
+#   measured inside the loss, between the policy being trained and the engine). It is also the cheapest:
+#   no recomputation of $\pi_{\text{old}}$, 0.21-0.22 s per step against 0.26-0.31 s (cost table above).
 # - **Decoupled IS and RS do not recover it here.** Token TIS (0.345-0.45), sequence TIS (0.215-0.555)
 #   and token RS (0.385-0.455) all overlap the uncorrected run. Their cost is small (token TIS keeps an
 #   effective sample size of 0.97, sequence TIS 0.72, token RS drops 2.6% of the tokens), and so is
 #   their effect: they reweight or drop samples, but PPO's clip still measures the distance from the
 #   current weights, so the policy keeps drifting away from the data. They are made for small, steady
 #   gaps such as precision (a probability gap near 0.0003), not for a policy 7 updates old.
-# - **Bypass mode with `reinforce` is worse than nothing:** 0.18-0.445, the lowest mean. REINFORCE has no
+# - **Bypass mode with `reinforce` is no better than nothing:** 0.18-0.445, the lowest mean, overlapping the
+#   uncorrected run and below on-policy beyond the spread. REINFORCE has no
 #   clip, so nothing bounds the step; as the policy drifts from the engine, the sequence IS weights
-#   fall (their mean drops to 0.26-0.43 at some steps, the first alert of the table) and the effective
+#   fall (their mean drops as low as 0.26, the first alert of the table) and the effective
 #   batch shrinks (ESS 0.60 on average). verl's example pairs it with batch normalisation
 #   (`rollout_is_batch_normalize=true`) and a small learning rate; an IS weight corrects a distribution,
 #   it does not limit a step.
 #
 # The alerts of verl's guide find the broken runs: `|kl| > 0.1` fires in 38% of the uncorrected stale
-# run's steps and almost never on-policy. But they would pass a decoupled token-TIS run that does not
-# learn better (its IS mean and ESS look perfect): look at the learning curve, not only at the weights.
+# run's steps and never on-policy. But the weight alerts (IS mean, ESS, std) never fire for the decoupled
+# token-TIS run, which does not learn better; only the gap alert (`|kl| > 0.1`, 17% of its steps) hints at
+# it. Look at the gap and the learning curve, not only at the weights.
 #
 # ## 6. verl ↔ minirl
 #
@@ -311,7 +328,8 @@ for name, seed_runs in runs.items():
 #
 # **Failure-mode question.** Your asynchronous run uses `rollout_is=token` with the default threshold.
 # `rollout_corr/rollout_is_mean` stays at 0.99 and the effective sample size at 0.97 for the whole run,
-# so every alert of verl's guide is green, yet the validation accuracy falls behind the synchronous run.
+# so the IS-weight alerts of verl's guide stay green, yet the validation accuracy falls behind the synchronous
+# run.
 # How can the weights look perfect while the correction fails, and what do you look at instead?
 #
 # <details>

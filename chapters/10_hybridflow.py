@@ -176,6 +176,21 @@ for name, result in results.items():
                 worst, worst_key = gap, key
     print(f"{name:32s} {result['startup_s']:10.1f} {per_step:11.3f} {worst:17.1e} ({worst_key})")
 
+# Where a step's time goes, stage by stage (verl's timing_s/* keys; mean over steps 2 on)
+STAGES = ["gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "update_weights"]
+fig, ax = plt.subplots(figsize=(11, 2.6))
+for row, result in enumerate(results.values()):
+    left = 0.0
+    for i, stage in enumerate(STAGES):
+        seconds = np.mean([r.get(f"timing_s/{stage}", 0.0) for r in result["history"][1:]])
+        ax.barh(row, seconds, left=left, color=plt.cm.tab10(i), label=stage if row == 0 else None)
+        left += seconds
+ax.set(yticks=range(len(results)), yticklabels=list(results), xlabel="seconds per step (mean over steps 2 on)",
+       title="where a step's time goes, by stage")
+ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+plt.tight_layout()
+plt.show()
+
 # %% [markdown]
 # What the table shows (timings are this run's and move by a few hundredths of a second between runs):
 #
@@ -186,9 +201,12 @@ for name, result in results.items():
 #   checkpoint.
 # - **Start-up is the price you see first:** about 15-35 s, to start one process per rank and role
 #   (each imports torch and loads its model), against a fraction of a second in one process.
-# - **Per step, Ray costs little here:** the step takes about 0.3 s in all three layouts. The
-#   separate-rollout run has two ranks per group, so its model work is split in two, which hides its
-#   extra calls. The next section measures the cost directly.
+# - **Per step, Ray costs a little:** a step takes about 0.3-0.4 s in all three layouts, and the numbers
+#   move between runs by about as much as they differ between layouts (one CPU core per process, on a
+#   shared machine). The separate-rollout run has two ranks per group, so its model work is split in
+#   two, which hides its extra calls. The bar chart shows the same stages in every layout; the weight
+#   sync (`update_weights`) is the only stage that grows visibly when the engine is separate. The next
+#   section measures the cost of each call directly.
 #
 # ## 4. See the flow
 #
@@ -240,8 +258,8 @@ print(f"\nOne weight sync moves the actor's whole state dict: "
 #   idle hardware; it is why verl colocates the roles on the same GPUs (the hybrid engine) and why its
 #   asynchronous trainers overlap generation with training.
 # - **Moving the data costs about 5-10 ms per call** (the light part of each bar: serialising the
-#   batch, the object store, collecting), about 0.04 s per step for the 7 calls of the colocated run,
-#   some 10-15% of a 0.3 s step of this tiny model. With a real model the compute grows by orders of
+#   batch, the object store, collecting), about 0.04-0.05 s per step for the 7 calls of the colocated
+#   run, some 10-15% of a step of this tiny model. With a real model the compute grows by orders of
 #   magnitude and the batch only with the number of tokens, so the share falls.
 # - **The weight sync is one more stage.** With a separate engine the driver reads the actor's state dict
 #   (`actor.state_dict`) and sends it to every rollout rank (`rollout.load_weights`): about 0.02 s for

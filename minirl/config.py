@@ -108,11 +108,13 @@ class RolloutConfig:
     do_sample: bool = True
     """Sample (True) or decode greedily (False) during training."""
     dtype: str = "float32"
-    """Precision of the rollout engine's weights: float32 shares the actor's weights; bfloat16 or float16 give
-    the engine its own copy in that precision (sampled in it, trained in float32: a mismatch). verl: bfloat16."""
+    """Precision of the rollout engine's weights: float32 keeps the actor's precision (and shares its weights, unless
+    weight_sync_interval > 1 or hybrid_engine=false); bfloat16 or float16 give the engine its own copy in that
+    precision (sampled in it, trained in float32: a mismatch). verl: bfloat16."""
     weight_sync_interval: int = 1
     """minirl's own key: copy the actor's weights into the rollout engine after every k-th actor update (1 = every
-    update, on-policy). k > 1 samples with weights up to k-1 updates old, as verl's asynchronous trainers do
+    update, on-policy). An update is one training step's update_actor (ppo_epochs x mini-batches optimizer steps).
+    k > 1 samples with weights up to k-1 updates old, as verl's asynchronous trainers do
     (verl/experimental/fully_async_policy: async_training.trigger_parameter_sync_step)."""
     seed: int = 42
     """Sampling seed (verl's default). Row i of step s is sampled with a seed made of (rollout.seed, data.seed, s, i),
@@ -200,7 +202,8 @@ class RefConfig:
 class ActorRolloutRefConfig:
     hybrid_engine: bool = True
     """True: the rollout engine shares the actor's weights (verl's hybrid engine, colocated). False: the engine keeps
-    its own copy, synced after each actor update (with trainer.use_ray, in a worker group of its own)."""
+    its own copy, synced after each actor update (with trainer.use_ray, in a worker group of its own). verl 0.9.1's
+    legacy trainer refuses false ("only support hybrid engine"); its separated and async trainers split them."""
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
@@ -400,7 +403,8 @@ class RewardConfig:
 @dataclass
 class RayInitConfig:
     num_cpus: int | None = None
-    """CPUs Ray may use; null = all of the machine's (`ray.init(num_cpus=...)`)."""
+    """CPUs Ray's scheduler knows of; null = all of the machine's (`ray.init(num_cpus=...)`). minirl's ranks ask for
+    0 CPUs each (they run one thread and take turns), so it limits nothing here."""
 
 
 @dataclass

@@ -11,8 +11,9 @@ spread over the ranks and how the answers come back (verl's `verl/single_control
     DP_COMPUTE_PROTO   split the DataProto into one chunk per rank (rows in order), run each chunk on its
                        rank, concatenate the results in rank order        (forward passes, generation)
     ONE_TO_ALL         every rank gets the same arguments; every rank runs; the driver keeps rank 0's
-                       result (the ranks agree: they all-reduced)          (updates, loading, weight sync)
-    RANK_ZERO          only rank 0 runs                                     (saving, reading the weights)
+                       result (the ranks agree: they all-reduced; verl returns the list of all of them)
+                                                                            (updates, loading, weight sync)
+    RANK_ZERO          only rank 0 runs (verl: `Execute.RANK_ZERO`)         (saving, reading the weights)
 
 verl dispatches its updates with DP_COMPUTE_PROTO too (each rank cuts its own chunk into mini-batches);
 minirl sends the whole batch (ONE_TO_ALL) and each rank takes its share of every *global* mini-batch,
@@ -170,7 +171,8 @@ class RolloutWorker(Worker):
     def __init__(self, rank, world_size, master_port, config, model_path: str, total_training_steps: int):
         super().__init__(rank, world_size, master_port)
         dtype = getattr(torch, config.actor_rollout_ref.rollout.dtype)
-        self.model = models.load_policy(model_path, dtype=dtype).eval().requires_grad_(False)
+        self.model = models.load_policy(model_path, dtype=dtype).to(self.accelerator.device).eval()
+        self.model.requires_grad_(False)
         self.tokenizer = models.load_tokenizer(model_path)
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -259,13 +261,15 @@ class WorkerGroup:
                                                                                       **kwargs)
                         for rank in range(world_size)]
         self.ready = [worker.ready.remote() for worker in self.workers]  # resolved once every rank is built
-        self._methods = {name: method.dispatch_mode for name, method in vars(worker_class).items()
-                         if hasattr(method, "dispatch_mode")}
+        self._methods = {name: getattr(worker_class, name).dispatch_mode for name in dir(worker_class)
+                         if hasattr(getattr(worker_class, name), "dispatch_mode")}  # inherited ones too
 
     def __getattr__(self, method: str):
         if method.startswith("_") or method not in self.__dict__.get("_methods", {}):
             raise AttributeError(f"worker group {self.__dict__.get('name')!r} has no registered method {method!r}")
-        return lambda *args: self._call(method, self._methods[method], *args)
+        def call(*args):  # positional arguments only, as the ranks receive them
+            return self._call(method, self._methods[method], *args)
+        return call
 
     def _call(self, method: str, mode: Dispatch, *args):
         import ray
@@ -365,6 +369,12 @@ def build_ray_workers(config, model_path: str, critic_path: str | None, use_refe
     critic = (WorkerGroup("critic", CriticWorker, ranks, config, critic_path, total_training_steps, seed)
               if critic_path is not None else None)
     groups = [actor, *([rollout.group] if isinstance(rollout, SeparateRollout) else []), reference, critic]
-    ray.get([ready for group in groups if group is not None for ready in group.ready])  # all start in parallel
+    started = [group for group in groups if group is not None]
+    try:
+        ray.get([ready for group in started for ready in group.ready])  # all groups start in parallel
+    except BaseException:  # a rank failed to build (bad path, memory): stop the others, keep no process behind
+        for group in started:
+            group.shutdown()
+        raise
     return {"actor": actor, "rollout": rollout, "reference": reference, "critic": critic,
             "groups": [group for group in groups if group is not None]}

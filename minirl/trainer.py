@@ -10,10 +10,13 @@ modes) instead of `batch.repeat(n, interleave=True)`. One training step, in verl
     -> (DAPO: keep groups with a reward spread, generate more if needed) -> balance_batch
     -> old log-probs (actor; bypass mode reuses the rollout's) -> reference log-probs (if a KL is used)
     -> values (if a critic is used) -> KL in the reward (optional) -> rollout correction -> advantages
-    -> critic update -> actor update (after trainer.critic_warmup) -> checkpoint -> weight sync to the rollout
+    -> critic update -> actor update (after trainer.critic_warmup) -> weight sync to the rollout -> checkpoint
     -> validation -> metrics
+(verl saves the checkpoint before the weight sync; minirl syncs first, so a saved stale engine copy is the one
+the next step samples with.)
 
-The trainer decides *what* happens *when*; the workers (`minirl/workers.py`) do the model work.
+The trainer decides *what* happens *when*; the workers do the model work: objects in this process
+(`minirl/workers.py`) or Ray worker groups (`minirl/single_controller.py`, `trainer.use_ray`).
 That split is HybridFlow's idea, and Chapter 10 reads this file beside verl's. Every process holds
 the same global batch and computes every batch-level quantity (advantages, whitening, the KL
 controller, metrics) on all of it, as verl's driver does; only the model work is sharded
@@ -479,6 +482,7 @@ class PPOTrainer:
             state = {key: state[key] for key in ("global_step", "data_position", "kl_coef")}  # all three, or an error
             for name, trained in self._trained().items():
                 trained.load_checkpoint(path, name)
+            self.rollout.load_checkpoint(path)  # the engine's own copy, if saved (else synced from the actor)
         except Exception as error:  # nothing on disk changed; the run stops, so a half-loaded model is never used
             earlier = sorted(p.name for p in self.run_dir.glob(f"{CHECKPOINT_PREFIX}*") if p != path)
             raise CheckpointError(
@@ -487,7 +491,6 @@ class PPOTrainer:
                 f"the broken directory, or set trainer.resume_mode=disable to start over.") from error
         self.global_step, self.data_position = state["global_step"], state["data_position"]
         self.kl_ctrl.value = state["kl_coef"]
-        self.rollout.load_checkpoint(path)
         return True
 
     # ------------------------------------------------------------------------------------------

@@ -201,10 +201,11 @@ def generate_rows(model, tokenizer, chunk: DataProto) -> DataProto:
 class Rollout:
     """The rollout engine. By default it samples with the actor's own weights (verl's colocated "hybrid engine").
 
-    Two engine options make it a separate engine with its own copy of the weights, the way a vLLM
-    server is one (Chapter 9 uses them to create a training/rollout mismatch on purpose):
+    Three engine options make it a separate engine with its own copy of the weights, the way a vLLM
+    server is one (Chapter 9 uses the first two to create a training/rollout mismatch on purpose):
         dtype="bfloat16" (or float16): the copy is cast, so sampling runs in lower precision;
-        sync_interval=k > 1: the copy is refreshed only after every k-th actor update (stale weights).
+        sync_interval=k > 1: the copy is refreshed only after every k-th actor update (stale weights);
+        separate=True (verl's hybrid_engine=false): a float32 copy, synced after every update.
     `update_weights` is verl's weight sync (`checkpoint_manager.update_weights` after `update_actor`).
     """
 

@@ -129,11 +129,12 @@ def step_stages(config: Config, step: int = 1) -> list[tuple[str, str]]:
     Returns:
         a list of (stage, who) tuples of two strings, in the order the trainer runs them.
 
-    Details verl is precise about:
+    Details to get right:
       - the reference runs only when a KL term needs its log-probs;
       - in bypass mode the actor does not compute old_log_prob again: the rollout's log-probs stand in;
-      - the critic is updated BEFORE the actor;
-      - while step < trainer.critic_warmup, only the critic trains: no update_actor, no update_weights.
+      - the critic is updated BEFORE the actor (as in verl);
+      - while step < trainer.critic_warmup, only the critic trains: no update_actor, and in minirl no
+        update_weights (the actor did not change; verl still calls its weight sync there).
 
     Hint: read config.algorithm, config.actor_rollout_ref.actor, config.critic and config.trainer.
     """
