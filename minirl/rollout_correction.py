@@ -321,6 +321,38 @@ def compute_offpolicy_metrics(
     return {PREFIX + key: value for key, value in metrics.items()}
 
 
+def compute_rollout_correction_and_rejection_mask(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor, correction
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    """All of rollout correction on one batch: IS weights, the rejection mask and the off-policy metrics.
+
+    Mirrors `verl/trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_rejection_mask`. The
+    decoupled mode calls it once per batch (the trainer, before the advantages); bypass mode calls it in
+    every micro-batch's loss, with the policy being trained as `old_log_prob`.
+
+    Args:
+        old_log_prob, rollout_log_prob, response_mask: (B, L).
+        correction: the `algorithm.rollout_correction` config (rollout_is, rollout_is_threshold,
+            rollout_is_batch_normalize, rollout_rs, rollout_rs_threshold).
+    Returns:
+        (weights, mask, metrics): weights (B, L) or None when rollout_is is null; the response mask with
+        rejected tokens set to 0 (the same mask when rollout_rs is null); every `rollout_corr/*` metric.
+    """
+    log_ratio = old_log_prob - rollout_log_prob
+    metrics = compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask)
+    weights, mask = None, response_mask
+    if correction.rollout_is is not None:
+        weights, is_metrics = compute_rollout_correction_weights(
+            log_ratio, response_mask, correction.rollout_is, correction.rollout_is_threshold,
+            correction.rollout_is_batch_normalize)
+        metrics.update(is_metrics)
+    if correction.rollout_rs is not None:
+        mask, rs_metrics = compute_rollout_rejection_mask(log_ratio, response_mask, correction.rollout_rs,
+                                                          correction.rollout_rs_threshold)
+        metrics.update(rs_metrics)
+    return weights, mask, metrics
+
+
 def compute_policy_loss_reinforce(
     rollout_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -387,19 +419,9 @@ def compute_policy_loss_bypass_mode(
                          f"{BYPASS_LOSS_TYPES}.")
     check_same_shape(rollout_log_prob=rollout_log_prob, log_prob=log_prob, advantages=advantages,
                      response_mask=response_mask)
-    with torch.no_grad():
-        log_ratio = log_prob.detach() - rollout_log_prob  # log(pi_theta / pi_rollout)
-        weights, metrics = None, {}
-        if correction.rollout_is is not None:
-            weights, metrics = compute_rollout_correction_weights(
-                log_ratio, response_mask, correction.rollout_is, correction.rollout_is_threshold,
-                correction.rollout_is_batch_normalize)
-        mask = response_mask
-        if correction.rollout_rs is not None:
-            mask, rs_metrics = compute_rollout_rejection_mask(log_ratio, response_mask, correction.rollout_rs,
-                                                              correction.rollout_rs_threshold)
-            metrics.update(rs_metrics)
-        metrics.update(compute_offpolicy_metrics(log_prob.detach(), rollout_log_prob, response_mask))
+    with torch.no_grad():  # pi_theta itself plays pi_old: log_ratio = log(pi_theta / pi_rollout)
+        weights, mask, metrics = compute_rollout_correction_and_rejection_mask(
+            log_prob.detach(), rollout_log_prob, response_mask, correction)
     if correction.loss_type == "reinforce":
         pg_loss, pg_metrics = compute_policy_loss_reinforce(rollout_log_prob, log_prob, advantages, mask,
                                                             loss_agg_mode, weights, global_batch_info)

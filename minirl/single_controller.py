@@ -40,6 +40,17 @@ import torch
 from minirl import models
 from minirl.parallel import apply_thread_policy, chunk_bounds
 from minirl.protocol import DataProto
+from minirl.workers import (
+    Rollout,
+    build_actor,
+    build_critic,
+    build_reference,
+    build_rollout,
+    generate_rows,
+    load_engine_copy,
+    save_engine_copy,
+    sync_due,
+)
 
 
 class Dispatch(str, Enum):
@@ -120,8 +131,6 @@ class ActorWorker(Worker):
 
     def __init__(self, rank, world_size, master_port, config, model_path: str, total_training_steps: int):
         super().__init__(rank, world_size, master_port)
-        from minirl.workers import Rollout, build_actor, build_rollout
-
         self.actor = build_actor(config, model_path, self.accelerator, total_training_steps)
         tokenizer = models.load_tokenizer(model_path)
         # hybrid_engine=false: training samples come from the RolloutWorker group; this engine only validates
@@ -177,8 +186,6 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        from minirl.workers import generate_rows
-
         return generate_rows(self.model, self.tokenizer, prompts)
 
     @register(Dispatch.ONE_TO_ALL)
@@ -187,16 +194,11 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.RANK_ZERO)
     def save_checkpoint(self, directory: Path) -> None:
-        with models.quiet_progress():
-            self.model.save_pretrained(directory / "rollout")
+        save_engine_copy(self.model, directory)
 
     @register(Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, directory: Path) -> bool:
-        if not (directory / "rollout").exists():
-            return False
-        with models.quiet_progress():
-            self.model.load_state_dict(type(self.model).from_pretrained(directory / "rollout").state_dict())
-        return True
+        return load_engine_copy(self.model, directory)
 
 
 class ReferenceWorker(Worker):
@@ -204,8 +206,6 @@ class ReferenceWorker(Worker):
 
     def __init__(self, rank, world_size, master_port, config, model_path: str, total_training_steps: int):
         super().__init__(rank, world_size, master_port)
-        from minirl.workers import build_reference
-
         self.reference = build_reference(config, model_path, self.accelerator)
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -219,8 +219,6 @@ class CriticWorker(Worker):
     def __init__(self, rank, world_size, master_port, config, model_path: str, total_training_steps: int,
                  seed: int = 0):
         super().__init__(rank, world_size, master_port)
-        from minirl.workers import build_critic
-
         self.critic = build_critic(config, model_path, self.accelerator, total_training_steps, seed)
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -329,7 +327,7 @@ class SeparateRollout:
         return (self.actor_group if use_actor else self.group).generate_sequences(prompts)
 
     def update_weights(self, actor_updates: int | None = None) -> bool:
-        if actor_updates is not None and actor_updates % self.sync_interval:
+        if not sync_due(actor_updates, self.sync_interval):
             return False
         self.group.load_weights(self.actor_group.state_dict())  # verl: checkpoint_manager.update_weights
         return True

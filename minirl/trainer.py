@@ -59,11 +59,7 @@ from minirl.parallel import apply_thread_policy, check_launch, dp_compute
 from minirl.protocol import DataProto
 from minirl.reward_model import RewardModelScorer
 from minirl.rewards import NaiveRewardManager, load_custom_reward_function
-from minirl.rollout_correction import (
-    compute_offpolicy_metrics,
-    compute_rollout_correction_weights,
-    compute_rollout_rejection_mask,
-)
+from minirl.rollout_correction import compute_rollout_correction_and_rejection_mask
 from minirl.run_dir import CHECKPOINT_PREFIX, LATEST_FILE, RunLock, set_aside
 from minirl.seqlen_balancing import balance_order
 from minirl.sft import default_warm_start, warm_start_dir
@@ -386,20 +382,13 @@ class PPOTrainer:
 
     def _rollout_correction(self, batch: DataProto, metrics: dict) -> DataProto:
         """Off-policy metrics always; IS weights / rejection mask when configured (before advantages)."""
-        rc = self.config.algorithm.rollout_correction
-        mask = batch["response_mask"]
-        metrics.update(compute_offpolicy_metrics(batch["old_log_probs"], batch["rollout_log_probs"], mask))
-        log_ratio = batch["old_log_probs"] - batch["rollout_log_probs"]
-        if rc.rollout_is:
-            weights, is_metrics = compute_rollout_correction_weights(
-                log_ratio, mask, rc.rollout_is, rc.rollout_is_threshold, rc.rollout_is_batch_normalize)
+        weights, mask, correction_metrics = compute_rollout_correction_and_rejection_mask(
+            batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"],
+            self.config.algorithm.rollout_correction)
+        metrics.update(correction_metrics)
+        if weights is not None:
             batch.batch["rollout_is_weights"] = weights
-            metrics.update(is_metrics)
-        if rc.rollout_rs:
-            new_mask, rs_metrics = compute_rollout_rejection_mask(log_ratio, mask, rc.rollout_rs,
-                                                                  rc.rollout_rs_threshold)
-            batch.batch["response_mask"] = new_mask
-            metrics.update(rs_metrics)
+        batch.batch["response_mask"] = mask
         return batch
 
     # ------------------------------------------------------------------------------------------

@@ -187,6 +187,29 @@ class _TrainedModel:
         return result
 
 
+ENGINE_COPY = "rollout"  # a checkpoint's subdirectory for the rollout engine's own copy of the weights
+
+
+def save_engine_copy(model, directory: Path) -> None:
+    """Save a rollout engine's own weights as `<directory>/rollout` (a Hugging Face directory)."""
+    with models.quiet_progress():
+        model.save_pretrained(directory / ENGINE_COPY)
+
+
+def load_engine_copy(model, directory: Path) -> bool:
+    """Load `<directory>/rollout` into `model` (cast to its dtype); False if the checkpoint has no such copy."""
+    if not (directory / ENGINE_COPY).exists():
+        return False
+    with models.quiet_progress():
+        model.load_state_dict(type(model).from_pretrained(directory / ENGINE_COPY).state_dict())
+    return True
+
+
+def sync_due(actor_updates: int | None, sync_interval: int) -> bool:
+    """Whether the engine takes the actor's weights now: after every sync_interval-th update (None: always)."""
+    return actor_updates is None or actor_updates % sync_interval == 0
+
+
 def generate_rows(model, tokenizer, chunk: DataProto) -> DataProto:
     """One response per row of `chunk` (input_ids, attention_mask, row_seed; sampling settings in meta_info)."""
     info = chunk.meta_info
@@ -230,7 +253,7 @@ class Rollout:
         With `actor_updates` (the number of actor updates so far) it copies only when that is a multiple
         of sync_interval. An engine that shares the actor's weights has nothing to copy.
         """
-        if self.model is None or (actor_updates is not None and actor_updates % self.sync_interval):
+        if self.model is None or not sync_due(actor_updates, self.sync_interval):
             return False
         self.model.load_state_dict(self.actor.unwrapped_model.state_dict())  # copies and casts each tensor
         return True
@@ -255,15 +278,11 @@ class Rollout:
     def save_checkpoint(self, directory: Path) -> None:
         """Save the engine's own copy of the weights (`<directory>/rollout`), if it has one."""
         if self.model is not None:
-            with models.quiet_progress():
-                self.model.save_pretrained(directory / "rollout")
+            save_engine_copy(self.model, directory)
 
     def load_checkpoint(self, directory: Path) -> None:
         """Restore the engine's copy from a checkpoint; without a saved copy, sync it from the actor."""
-        if self.model is not None and (directory / "rollout").exists():
-            with models.quiet_progress():
-                self.model.load_state_dict(type(self.model).from_pretrained(directory / "rollout").state_dict())
-        else:
+        if self.model is None or not load_engine_copy(self.model, directory):
             self.update_weights()
 
 
