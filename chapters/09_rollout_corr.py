@@ -247,7 +247,8 @@ for name, seed_runs in runs.items():
 #   the policy cannot move far from the policy that samples, and the data stay close to on-policy
 #   (`rollout_corr/kl` above 0.1 in 3% of its steps, against 38% uncorrected; in bypass mode this metric is
 #   measured inside the loss, between the policy being trained and the engine). It is also the cheapest:
-#   no recomputation of $\pi_{\text{old}}$, 0.21-0.22 s per step against 0.26-0.31 s (cost table above).
+#   no recomputation of $\pi_{\text{old}}$, 0.22-0.23 s per step against 0.26-0.28 s (cost table above;
+#   timings move by a few hundredths of a second between runs).
 # - **Decoupled IS and RS do not recover it here.** Token TIS (0.345-0.45), sequence TIS (0.215-0.555)
 #   and token RS (0.385-0.455) all overlap the uncorrected run. Their cost is small (token TIS keeps an
 #   effective sample size of 0.97, sequence TIS 0.72, token RS drops 2.6% of the tokens), and so is
