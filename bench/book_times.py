@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from minirl.book import pages
+
 REPO = Path(__file__).resolve().parents[1]
 BUDGET = {"fast": 30, "full": 300, "suite": 900}
 
@@ -40,7 +42,7 @@ def main():
     parser.add_argument("--suite", action="store_true", help="also time the test suite (pytest -n 2, no parity)")
     args = parser.parse_args()
     rows = []
-    for notebook in sorted((REPO / "chapters").glob("[0-9][0-9]_*.ipynb")):
+    for notebook in pages(REPO / "chapters", ".ipynb"):
         rows.append((notebook.stem, "fast mode", execute(notebook, fast=True), BUDGET["fast"]))
         if args.full:
             rows.append((notebook.stem, "full run", execute(notebook, fast=False), BUDGET["full"]))

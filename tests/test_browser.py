@@ -42,7 +42,13 @@ sync_api = pytest.importorskip("playwright.sync_api")
 def nav_pages() -> list[str]:
     """The URL path of every page in mkdocs.yml's nav ("" for the reading map)."""
     nav = yaml.safe_load((REPO / "mkdocs.yml").read_text().replace("!!python", "#"))["nav"]
-    files = [next(iter(entry.values())) for entry in nav]
+
+    def files_of(entries):  # a section ("Labs") holds a list of entries of its own
+        for entry in entries:
+            value = next(iter(entry.values()))
+            yield from files_of(value) if isinstance(value, list) else [value]
+
+    files = list(files_of(nav))
     return ["" if f == "index.md" else f.rsplit(".", 1)[0] + "/" for f in files]
 
 

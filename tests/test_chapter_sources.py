@@ -7,8 +7,10 @@ import jupytext
 import nbformat
 import pytest
 
+from minirl.book import pages
+
 CHAPTERS = Path(__file__).resolve().parents[1] / "chapters"
-NOTEBOOKS = sorted(CHAPTERS.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = pages(CHAPTERS, ".ipynb")
 
 
 def cells(notebook) -> list[tuple[str, str]]:
@@ -17,7 +19,7 @@ def cells(notebook) -> list[tuple[str, str]]:
 
 def test_every_notebook_has_a_text_source_and_back():
     assert NOTEBOOKS
-    assert sorted(p.stem for p in CHAPTERS.glob("[0-9][0-9]_*.py")) == [p.stem for p in NOTEBOOKS]
+    assert [p.stem for p in pages(CHAPTERS, ".py")] == [p.stem for p in NOTEBOOKS]
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from minirl.book import exercises
+from minirl.book import exercise_files, exercises
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,7 @@ def test_exercises_are_the_generated_stubs():
 
 
 def test_every_exercise_function_is_an_unsolved_stub():
-    files = sorted((REPO / "exercises").glob("ch*.py"))
+    files = exercise_files(REPO / "exercises")
     assert files, "exercises/ holds no chapter file"
     for path in files:
         tree = ast.parse(path.read_text())
@@ -741,12 +741,14 @@ WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_C
          "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch05_dapo": WRONG_CH05,
          "ch06_dpo": WRONG_CH06_NAIVE, "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08,
          "ch09_rollout_corr": WRONG_CH09_NO_MASK, "ch10_hybridflow": WRONG_CH10_INTERLEAVED}
+# A lab keeps its wrong answer next to its graded tests: tests/exercises/wrong/<exercise file>.py
+WRONG.update({path.stem: path.read_text() for path in sorted((REPO / "tests" / "exercises" / "wrong").glob("*.py"))})
 
 
 def marked_checks() -> dict[str, int]:
     """Exercise number -> how many graded tests carry its marker, read from the test files' source."""
     counts: dict[str, int] = {}
-    for path in sorted((REPO / "tests" / "exercises").glob("test_ch*.py")):
+    for path in [REPO / "tests" / "exercises" / f"test_{name.name}" for name in exercise_files(REPO / "solutions")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.FunctionDef):
                 for decorator in node.decorator_list:

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from minirl.book import pages
+
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "minirl"
 CHAPTERS = REPO / "chapters"
@@ -35,7 +37,7 @@ class Chapter:
 def chapters() -> list[Chapter]:
     """The chapters, in order, with their page link (relative to the concordance page) and text."""
     found = []
-    for source in sorted(CHAPTERS.glob("[0-9][0-9]_*.py")):
+    for source in pages(CHAPTERS, ".py"):
         text = source.read_text()
         title = re.search(r"^# # (.+)$", text, re.M).group(1)
         found.append(Chapter(title.split(":")[0].strip(), f"{source.stem}.ipynb", text))

@@ -22,6 +22,8 @@ import re
 import sys
 from pathlib import Path
 
+from minirl.book import exercise_files
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS_DIR = REPO_ROOT / "solutions"
 EXERCISES_DIR = REPO_ROOT / "exercises"
@@ -78,7 +80,7 @@ def make_stubs(solution_source: str, filename: str = "<solution>") -> str:
 
 def chapter_files() -> list[str]:
     """Names (e.g. 'ch00_tensors.py') of the chapter files in solutions/."""
-    return sorted(p.name for p in SOLUTIONS_DIR.glob("ch*.py"))
+    return [p.name for p in exercise_files(SOLUTIONS_DIR)]
 
 
 def sync() -> list[str]:
@@ -115,7 +117,7 @@ def check() -> list[str]:
                 )
             )
             problems.append(f"exercises/{name} is not the stub generated from solutions/{name}:\n{diff}")
-    for extra in sorted(set(p.name for p in EXERCISES_DIR.glob("ch*.py")) - set(chapter_files())):
+    for extra in sorted(set(p.name for p in exercise_files(EXERCISES_DIR)) - set(chapter_files())):
         problems.append(f"exercises/{extra} has no twin in solutions/")
     return problems
 
