@@ -537,7 +537,7 @@ def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
             key = ALIASES[key]
         if key in minirl_keys:
             if key == "trainer.logger":
-                _check_loggers(value, parsed)
+                value = _check_loggers(value, parsed)
             parsed.applied.append(f"{key}={value}")
         elif _is_verl_key(key) or (adds and _is_verl_group(key.rsplit(".", 1)[0])):
             parsed.no_effect[key] = no_effect_reason(key)
@@ -556,7 +556,9 @@ VERL_LOGGERS = ("wandb", "mlflow", "swanlab", "vemlp_wandb", "tensorboard", "con
                 "rl_insight")
 
 
-def _check_loggers(value: str, parsed: ParsedOverrides) -> None:
+def _check_loggers(value: str, parsed: ParsedOverrides) -> str:
+    """Check a trainer.logger value and return it as a list: verl also takes one name (`trainer.logger=console`,
+    as its quickstart writes; verl/utils/tracking.py::Tracking wraps a string in a list)."""
     loggers = OmegaConf.from_dotlist([f"x={value}"]).x
     loggers = [loggers] if isinstance(loggers, str) else list(loggers or [])
     unknown = [name for name in loggers if name not in VERL_LOGGERS]
@@ -566,6 +568,7 @@ def _check_loggers(value: str, parsed: ParsedOverrides) -> None:
     skipped = [name for name in loggers if name not in SUPPORTED_LOGGERS]
     if skipped:
         parsed.no_effect[f"trainer.logger={skipped}"] = no_effect_reason("trainer.logger")
+    return "[" + ",".join(loggers) + "]"
 
 
 def load_config(overrides: list[str] | None = None, announce: bool = True) -> Config:

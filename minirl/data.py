@@ -31,6 +31,8 @@ from minirl.rewards import CHAIN_SOURCES, GSM8K_SOURCES, default_compute_score
 REQUIRED_COLUMNS = ("data_source", "prompt", "ability", "reward_model", "extra_info")
 ARITHMETIC_SOURCE = "minirl/arithmetic"
 GSM8K_SOURCE = "openai/gsm8k"
+GSM8K_LOCAL_DIR = Path(__file__).parent / "assets" / "gsm8k"
+"""GSM8K's own train.jsonl and test.jsonl, shipped with minirl (MIT licence), for `preprocess_gsm8k(local_dir=...)`."""
 # verl's instruction for GSM8K (examples/data_preprocess/gsm8k.py)
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 
@@ -183,6 +185,71 @@ def chain_sft_rows(rows: Iterable[dict], worked_fraction: float = 0.5, wrong_fra
     return demos
 
 
+# ----------------------------------------------------------------------------------------------
+# The GSM8K-format tiny task (Lab A): templated word problems, "#### N" answers, GSM8K's rule
+# ----------------------------------------------------------------------------------------------
+
+WORD_SOURCE = "minirl/gsm8k_tiny"
+WORD_NAMES = ("Tom", "Ann", "Sam", "Mia", "Leo", "Zoe")
+WORD_ITEMS = ("apples", "pens", "cards", "eggs", "books", "coins")
+# (template, operation): the wording alone says whether to add or subtract
+WORD_TEMPLATES = (
+    ("{name} has {a} {item}. {name} gets {b} more. How many {item} does {name} have now?", "+"),
+    ("{name} had {a} {item} and found {b} more. How many {item} in all?", "+"),
+    ("A box has {a} {item}. {name} puts in {b} more. How many {item} are in the box?", "+"),
+    ("{name} has {a} {item}. {name} gives away {b}. How many {item} are left?", "-"),
+    ("{name} had {a} {item} and lost {b}. How many {item} does {name} have now?", "-"),
+    ("A box has {a} {item}. {name} takes out {b}. How many {item} are in the box?", "-"),
+)
+
+
+def word_problem_rows(num: int, split: str, seed: int = 0, max_operand: int = 30) -> list[dict]:
+    """`num` one-step word problems in GSM8K's format, as verl rows (data_source "minirl/gsm8k_tiny").
+
+    "Mia has 12 pens. Mia gets 7 more. How many pens does Mia have now?" -> ground truth "19". Half the
+    templates add, half subtract (a >= b, so answers are never negative); numbers are in [1, max_operand].
+    The answer convention is GSM8K's ("... #### 19"), so verl's GSM8K rule scores it. Unlike the real
+    GSM8K prompts, these carry no instruction sentence: it would triple the prompt for a tiny model.
+    """
+    rng = random.Random(f"word-{seed}-{split}")
+    rows = []
+    for index in range(num):
+        template, op = rng.choice(WORD_TEMPLATES)
+        a, b = rng.randint(1, max_operand), rng.randint(1, max_operand)
+        if op == "-" and a < b:
+            a, b = b, a
+        question = template.format(name=rng.choice(WORD_NAMES), item=rng.choice(WORD_ITEMS), a=a, b=b)
+        rows.append({
+            "data_source": WORD_SOURCE,
+            "prompt": [{"role": "user", "content": question}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(a + b if op == "+" else a - b)},
+            "extra_info": {"split": split, "index": index, "a": a, "b": b, "op": op, "question": question},
+        })
+    return rows
+
+
+def word_response(row: dict, answer: int | None = None) -> str:
+    """The demonstration for a word problem: "12+7=19 #### 19" (the equation, then GSM8K's final answer)."""
+    info = row["extra_info"]
+    c = int(row["reward_model"]["ground_truth"]) if answer is None else answer
+    return f"{info['a']}{info['op']}{info['b']}={c} #### {c}"
+
+
+def word_sft_rows(rows: Iterable[dict], wrong_fraction: float = 0.4, seed: int = 0) -> list[dict]:
+    """Noisy demonstrations of the word problems: each wrong with probability `wrong_fraction` (off by 1-3)."""
+    if not 0.0 <= wrong_fraction <= 1.0:
+        raise ValueError(f"wrong_fraction must be in [0, 1], got {wrong_fraction}.")
+    rng = random.Random(seed)
+    demos = []
+    for row in rows:
+        wrong = rng.random() < wrong_fraction
+        response = word_response(row, wrong_answer(row, rng) if wrong else None)
+        demos.append({"prompt": row["prompt"], "response": response, "correct": not wrong,
+                      "data_source": row["data_source"], "reward_model": row["reward_model"]})
+    return demos
+
+
 def preference_pairs(rows: Iterable[dict], seed: int = 0) -> list[dict]:
     """DPO pairs in TRL's conversational layout: {"prompt", "chosen", "rejected"}.
 
@@ -310,7 +377,7 @@ def read_parquet(path: str | Path, required_columns: Iterable[str] = REQUIRED_CO
     return dataset
 
 
-DEMO_STYLES = ("plain", "worked", "chain")
+DEMO_STYLES = ("plain", "worked", "chain", "word")
 
 
 def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test: int = 200, seed: int = 0,
@@ -321,8 +388,8 @@ def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test
     demo_style "plain" writes "a+b=c #### c" demonstrations, "worked" the preference task's mix of direct and
     worked answers (`worked_sft_rows`), "chain" the chain task (`chain_rows`, `chain_sft_rows` with
     worked_fraction; max_operand is then the largest term, `terms` the fewest and most of them, and there is no
-    dpo.parquet). Demonstrations are
-    wrong with probability wrong_fraction.
+    dpo.parquet), "word" the GSM8K-format word problems of Lab A (`word_problem_rows`, `word_sft_rows`; no
+    dpo.parquet). Demonstrations are wrong with probability wrong_fraction.
     """
     out_dir = Path(out_dir)
     if demo_style not in DEMO_STYLES:
@@ -331,6 +398,10 @@ def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test
         train, test = (chain_rows(n, split, seed, *terms, max_operand=max_operand)
                        for n, split in ((num_train, "train"), (num_test, "test")))
         demos = chain_sft_rows(train, worked_fraction, wrong_fraction, seed)
+    elif demo_style == "word":
+        train, test = (word_problem_rows(n, split, seed, max_operand) for n, split in ((num_train, "train"),
+                                                                                        (num_test, "test")))
+        demos = word_sft_rows(train, wrong_fraction, seed)
     else:
         train = arithmetic_rows(num_train, "train", seed, max_operand)
         test = arithmetic_rows(num_test, "test", seed, max_operand)
@@ -338,7 +409,7 @@ def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test
     paths = {"train": write_parquet(train, out_dir / "train.parquet"),
              "test": write_parquet(test, out_dir / "test.parquet"),
              "sft": write_parquet(demos, out_dir / "sft.parquet")}
-    if demo_style != "chain":
+    if demo_style in ("plain", "worked"):
         paths["dpo"] = write_parquet(preference_pairs(train, seed), out_dir / "dpo.parquet")
     return paths
 

@@ -241,7 +241,7 @@ def load_custom_reward_function(path: str, name: str = "compute_score") -> Calla
 # Dispatch by data_source (verl/utils/reward_score/__init__.py::default_compute_score)
 # ----------------------------------------------------------------------------------------------
 
-GSM8K_SOURCES = ("openai/gsm8k", "minirl/arithmetic")
+GSM8K_SOURCES = ("openai/gsm8k", "minirl/arithmetic", "minirl/gsm8k_tiny")
 CHAIN_SOURCES = ("minirl/chain_sum",)
 MATH_SOURCES = ("math_dapo", "math", "minirl/boxed")
 
@@ -254,7 +254,8 @@ def has_rule(data_source: str) -> bool:
 def default_compute_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None):
     """Score one response with the rule its dataset asks for.
 
-        openai/gsm8k, minirl/arithmetic  -> compute_gsm8k_score (0/1)
+        openai/gsm8k, minirl/arithmetic,
+        minirl/gsm8k_tiny                -> compute_gsm8k_score (0/1)
         minirl/chain_sum                 -> compute_chain_score ({"score": 0/1, "acc", "format", "worked"})
         math_dapo, math, minirl/boxed    -> compute_math_score ({"score": +-1, "acc", "pred"})
 

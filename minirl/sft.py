@@ -73,7 +73,8 @@ class SFTConfig:
     demo_style: str = "plain"
     """"plain" demonstrations ("a+b=c #### c"); "worked": the preference task of Chapters 3 and 6, half of
     whose demonstrations add tens and units before the answer (minirl.data.worked_sft_rows); "chain": the chain
-    task of Chapters 5 and 8, direct or worked sums of 3-4 terms (minirl.data.chain_sft_rows)."""
+    task of Chapters 5 and 8, direct or worked sums of 3-4 terms (minirl.data.chain_sft_rows); "word": Lab A's
+    GSM8K-format word problems (minirl.data.word_sft_rows)."""
     worked_fraction: float = 0.5
     """Share of worked demonstrations (demo_style "chain")."""
     min_terms: int = 3
@@ -97,9 +98,11 @@ CHAIN_SFT = SFTConfig(demo_style="chain", worked_fraction=0.3, wrong_fraction=0.
 CHAIN_ZERO_SFT = SFTConfig(demo_style="chain", worked_fraction=0.02, wrong_fraction=0.3, max_operand=9, max_length=64,
                            response_length=48)
 """R1-Zero's starting point in miniature: 2% of the demonstrations write steps (in the <think> format)."""
-WARM_STARTS = {"tiny": SFTConfig(), "chain": CHAIN_SFT, "chain-zero": CHAIN_ZERO_SFT}
-"""The warm starts `python -m minirl warm-start NAME` builds: the tiny task's (Chapters 1-4, 7) and the chain
-task's two (Chapters 5 and 8)."""
+WORD_SFT = SFTConfig(demo_style="word", max_length=112, response_length=24)
+"""The warm start of Lab A's GSM8K-format word problems: 40% of its demonstrations have a wrong answer."""
+WARM_STARTS = {"tiny": SFTConfig(), "chain": CHAIN_SFT, "chain-zero": CHAIN_ZERO_SFT, "word": WORD_SFT}
+"""The warm starts `python -m minirl warm-start NAME` builds: the tiny task's (Chapters 1-4, 7), the chain
+task's two (Chapters 5 and 8) and the word problems' (Lab A)."""
 
 
 def tokenize_demonstrations(tokenizer, demos: list[dict], max_length: int) -> dict[str, torch.Tensor]:
@@ -205,11 +208,12 @@ def build_warm_start(out_dir: str | Path, config: SFTConfig | None = None, show_
     tokenizer, model = models.load_tokenizer(out_dir), models.load_policy(out_dir)
     demos = data_lib.read_parquet(paths["sft"], required_columns=("prompt", "response")).to_list()
     test_rows = data_lib.read_parquet(paths["test"]).to_list()
-    before = evaluate(model, tokenizer, test_rows, config.response_length)
+    prompt_budget = config.max_length  # a prompt never exceeds a whole demonstration's budget
+    before = evaluate(model, tokenizer, test_rows, config.response_length, prompt_budget)
     model, losses = train_sft(model, tokenizer, demos, config, show_progress)
     train_seconds = time.perf_counter() - start
-    after = evaluate(model, tokenizer, test_rows, config.response_length)
-    sampled = evaluate(model, tokenizer, test_rows, config.response_length, do_sample=True,
+    after = evaluate(model, tokenizer, test_rows, config.response_length, prompt_budget)
+    sampled = evaluate(model, tokenizer, test_rows, config.response_length, prompt_budget, do_sample=True,
                        generator=torch.Generator().manual_seed(config.seed))
     with models.quiet_progress():
         model.save_pretrained(out_dir)

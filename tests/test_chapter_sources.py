@@ -50,6 +50,7 @@ ANSWERS = {
                         "rollout_correction.compute_rollout_rejection_mask"],
     "10_hybridflow": ["single_controller.dispatch_dp_compute_data_proto",
                       "single_controller.collect_dp_compute_data_proto"],
+    "lab_a_gsm8k": ["data.gsm8k_rows", "rewards.compute_gsm8k_score"],
 }
 
 

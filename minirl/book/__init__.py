@@ -2,7 +2,7 @@
 
 The book has two kinds of pages, found by name: chapters (`chapters/NN_name.py`, one per paper) and labs
 (`chapters/lab_X_name.py`, organised around doing). Each has its exercise file in `solutions/` and
-`exercises/` (`chNN_name.py`, `lab_X_name.py`) and its graded tests in `tests/exercises/test_<file>`.
+`exercises/` (named `chNN_name` and `lab_X_name`) and its graded tests in `tests/exercises/test_<file>`.
 """
 
 from __future__ import annotations
