@@ -22,7 +22,7 @@
 # | **Core formula** | $\delta_t = r_t + \gamma V(s_{t+1}) - V(s_t)$, $\quad A_t = \delta_t + \gamma\lambda\, \delta_{t+1} + (\gamma\lambda)^2 \delta_{t+2} + \dots$, $\quad R_t = A_t + V(s_t)$ (the critic's target). |
 # | **Beginner's view** | The critic is an "expected score" estimator. After each token it guesses the final score. A token whose arrival made the guess go up was a good token ($A_t > 0$); one that made it go down was a bad one. |
 # | **verl source** | `verl/trainer/ppo/core_algos.py::compute_gae_advantage_return` (reverse scan over the response tokens, then `masked_whiten`); `verl/trainer/ppo/ray_trainer.py::compute_advantage` (the `algorithm.adv_estimator=gae` branch); `core_algos.py::compute_value_loss` (the critic's loss); `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (a PPO run with `critic.model.path` and `critic.optim.lr`; the GRPO examples have no critic). |
-# | **Where next** | [Chapter 1 · PPO](01_ppo.ipynb) uses these advantages; [Chapter 4 · GRPO](04_grpo.ipynb) and [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) drop the critic. |
+# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) for the advantage and the update in a full PPO run; [Chapter 1 · PPO](01_ppo.ipynb) uses these advantages; [Chapter 4 · GRPO](04_grpo.ipynb) and [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) drop the critic. |
 #
 # Run time: about 4 minutes on 2 CPU cores (one 40-step run whose critic we inspect, then fifteen short
 # runs: five settings, three seeds each). With `MINIRL_FAST=1` every run shrinks to a few steps.

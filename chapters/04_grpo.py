@@ -22,7 +22,7 @@
 # | **Core formula** | Sample $G$ = `rollout.n` responses per prompt, score them, and compare each with its own group: $A_i = \dfrac{R_i - \operatorname{mean}(R_1..R_G)}{\operatorname{std}(R_1..R_G) + \varepsilon}$. No value model. |
 # | **Beginner's view** | Ask the model the same question 8 times. The answers that did better than the model's own average get pushed up, the worse ones pushed down. |
 # | **verl source** | `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (a `uid` per prompt, then `repeat(rollout.n, interleave=True)`; verl's legacy trainer, see section 6); `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`. |
-# | **Where next** | [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb): what to do with groups that carry no signal, and how the loss is normalised. Back to [the reading map](index.md). |
+# | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb) for every key of verl's GRPO script and the batch arithmetic; [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb): what to do with groups that carry no signal, and how the loss is normalised. Back to [the reading map](index.md). |
 #
 # Run time: about 4 minutes on 2 CPU cores (the code below trains 14 small runs). With
 # `MINIRL_FAST=1` every run shrinks to a few steps.
@@ -255,6 +255,8 @@ print(compare_table(results, VAL))
 # verl's GRPO example for Qwen3-8B (`examples/grpo_trainer/run_qwen3_8b_fsdp.sh`, tag v0.9.0) trains
 # on GSM8K and MATH together. Here are all the keys it sets on GPUs (its default, `DEVICE=gpu`), in
 # the script's order, and what each one means. minirl uses the same key names (`minirl/config.py`).
+# [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb) adds each key's default in verl and minirl, the
+# batch arithmetic checked against the trainer, and ablations.
 #
 # | key | value in the script | what it does |
 # |---|---|---|

@@ -22,7 +22,7 @@
 # | **Core formula** | $\log r_t = \log\pi_{\text{old}}(a_t) - \log\pi_{\text{rollout}}(a_t)$. Importance sampling (IS) weights the loss by a truncated ratio, $w_t = \min(e^{\log r_t}, C)$ per token, or one weight $\min(e^{\sum_t \log r_t}, C)$ per sequence. Rejection sampling (RS) drops the tokens or sequences whose divergence (e.g. $k_3 = e^{\log r} - 1 - \log r$) is too large. |
 # | **Beginner's view** | You train on answers that you believe the current model wrote. In fact an approximate copy of the model wrote them: rounded, or a little out of date. The correction asks, for each answer, "how far is this sample from the policy I am training?", then trusts it less (IS) or throws it away (RS). |
 # | **verl source** | `verl/trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_add_to_batch` (IS weights, rejection mask, off-policy metrics); `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (applied after `token_level_rewards`, before the advantages; `apply_bypass_mode` in bypass mode); `verl/trainer/ppo/core_algos.py::compute_policy_loss_bypass_mode`; `verl/utils/debug/metrics.py::calculate_debug_metrics` (`training/rollout_probs_diff_*`); `docs/algo/rollout_corr.md`. |
-# | **Where next** | [Lab C · Reading the debug metrics](index.md) (planned) for the `rollout_corr/*` metrics in context; [Chapter 1 · PPO](01_ppo.ipynb) for the ratio and the clip that bypass mode reuses; [Chapter 10 · HybridFlow](10_hybridflow.ipynb) for why the rollout engine is a separate engine at all. Back to [the reading map](index.md). |
+# | **Where next** | the debug-metrics lab (Lab C, planned) for the `rollout_corr/*` metrics in context; [Chapter 1 · PPO](01_ppo.ipynb) for the ratio and the clip that bypass mode reuses; [Chapter 10 · HybridFlow](10_hybridflow.ipynb) for why the rollout engine is a separate engine at all. Back to [the reading map](index.md). |
 #
 # Run time: about 5 minutes on 2 CPU cores (24 training runs of 30 steps, two at a time, and 12 short
 # ones). With `MINIRL_FAST=1` everything shrinks to a few steps.
@@ -362,7 +362,7 @@ for function in (rollout_correction.compute_rollout_correction_weights,
 #   trust region around the engine's policy.
 # - [Chapter 10 · HybridFlow](10_hybridflow.ipynb): why the rollout engine is a separate engine with its
 #   own copy of the weights, and what the weight sync costs.
-# - [Lab C · Reading the debug metrics](index.md) (planned): the `rollout_corr/*` and `training/*` metrics
+# - [Lab C · Reading the debug metrics](lab_c_metrics.ipynb): the `rollout_corr/*` and `training/*` metrics
 #   among all the others.
 # - References: Yao et al. (2025), *Your Efficient RL Framework Secretly Brings You Off-Policy RL Training*
 #   (truncated IS for the vLLM/FSDP gap); Liu, Li, Fu, Wang, Liu, Shen (2025), *When Speed Kills Stability:

@@ -212,6 +212,21 @@ def lenient_score(data_source: str, solution_str: str, ground_truth: str, extra_
             "worked": strict["worked"], "numbers": float(len(numbers))}
 
 
+def length_bonus_score(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None,
+                       per_char: float = 0.02, cap: float = 0.5) -> dict:
+    """A plausible shaping with a hole, for Lab B to attack: GSM8K's rule plus a bonus for longer answers.
+
+        score = gsm8k_strict + min(cap, per_char * len(solution_str))
+
+    The intent is "reward showing work". The hole: length is paid whether or not the extra text is work, and
+    whether or not the answer is right. "acc" is the strict rule alone, so `minirl/acc/mean` and validation's
+    `val-core/.../acc` report the truth while `critic/score/mean` reports what the policy is paid.
+    """
+    acc = float(compute_gsm8k_score(solution_str, ground_truth))
+    bonus = min(cap, per_char * len(solution_str))
+    return {"score": acc + bonus, "acc": acc, "length_bonus": bonus}
+
+
 def load_custom_reward_function(path: str, name: str = "compute_score") -> Callable:
     """Your reward function, loaded from a file as verl 0.9.1 does (`verl/trainer/ppo/reward.py::get_custom_reward_fn`).
 

@@ -99,3 +99,21 @@ def test_concordance_covers_every_verl_twin_the_library_names():
         assert f"| `{key}` |" in page
     # a verl engineer looks up a metric and lands on the chapter that explains it
     assert "| `actor/pg_clipfrac` | [Chapter 1](01_ppo.ipynb)" in page
+
+
+# The reading map's "read first" advice for each paper (../shared/reading-map.zh.md): the labs that a chapter's
+# "Where next" must link (Lab C is planned and named without a link until it exists).
+READ_FIRST = {"01_ppo": ["lab_a_gsm8k"], "02_gae": ["lab_a_gsm8k"], "03_rlhf": ["lab_b_rewards"],
+              "04_grpo": ["lab_d_grpo_config"], "05_dapo": ["lab_d_grpo_config"], "07_baselines": ["lab_d_grpo_config"],
+              "08_r1": ["lab_a_gsm8k", "lab_b_rewards"],
+              "10_hybridflow": ["lab_a_gsm8k", "lab_b_rewards", "lab_d_grpo_config"]}
+
+
+def test_chapters_link_the_labs_the_reading_map_recommends():
+    index = (REPO / "chapters" / "index.md").read_text()
+    for chapter, labs in READ_FIRST.items():
+        text = (REPO / "chapters" / f"{chapter}.py").read_text()
+        row = next(line for line in text.splitlines() if line.startswith("# | **Where next** |"))
+        for lab in labs:
+            assert f"]({lab}.ipynb)" in row, f"{chapter}'s Where next does not link {lab}"
+            assert f"]({lab}.ipynb)" in index, f"the reading map does not link {lab}"

@@ -51,6 +51,7 @@ ANSWERS = {
     "10_hybridflow": ["single_controller.dispatch_dp_compute_data_proto",
                       "single_controller.collect_dp_compute_data_proto"],
     "lab_a_gsm8k": ["data.gsm8k_rows", "rewards.compute_gsm8k_score"],
+    "lab_d_grpo_config": ["batch_math.step_arithmetic"],
 }
 
 

@@ -1,0 +1,342 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lab D · The GRPO config, key by key
+#
+# | | |
+# |---|---|
+# | **What you will do** | Read verl's GRPO launch script for Qwen3-8B key by key: what each key does, its default in verl 0.9.1 and in minirl, and what changes when you change it. Work out the batch arithmetic of one step (prompts, responses, mini-batches, micro-batches, optimizer steps, processes), draw it, and check it against the trainer. Run short ablations of the keys that matter, 3 seeds each. |
+# | **What you need** | [Chapter 4 · GRPO](04_grpo.ipynb) for the group advantage. [Lab A](lab_a_gsm8k.ipynb) for a first run through verl's keys. |
+# | **verl pages this lab follows** | `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`, `docs/algo/grpo.md` and `docs/examples/config.rst` (tag v0.9.0). Section 5 lists where the pages are out of date. |
+# | **Run time** | About 5 minutes on 2 CPU cores (18 short GRPO runs, two at a time). With `MINIRL_FAST=1`, a few seconds. |
+
+# %%
+import shutil
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import FancyBboxPatch
+
+from minirl import batch_math
+from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_grid, show_source
+from minirl.config import load_config
+
+RUNS = Path("..") / "runs" / "lab_d"
+SCRIPT = (Path("..") / "tests" / "data" / "verl_scripts" / "grpo_trainer.txt").read_text().splitlines()
+print(f"{len(SCRIPT)} overrides in verl's examples/grpo_trainer/run_qwen3_8b_fsdp.sh (DEVICE=gpu):")
+print("\n".join(SCRIPT))
+script = load_config(SCRIPT, announce=False)  # minirl accepts every line unchanged
+print("\nresolved by minirl: adv_estimator", script.algorithm.adv_estimator,
+      "| rollout.n", script.actor_rollout_ref.rollout.n, "| use_kl_loss", script.actor_rollout_ref.actor.use_kl_loss)
+
+# %% [markdown]
+# ## 1. Every key of the script
+#
+# The script launches `python3 -m verl.trainer.main_ppo` with the 39 overrides above (read from verl's
+# `v0.9.0` tag with its default variables; `tests/data/verl_scripts/README.md` says how). minirl reads the
+# same lines: `python -m minirl config` accepts all of them, and lists the ones that only concern verl's
+# distributed machinery as "accepted, no effect". Here is every key. "verl default" is the value in verl
+# 0.9.1's `verl/trainer/config/_generated_ppo_trainer.yaml` when the script does not set it; "minirl" is
+# minirl's twin and default (`minirl/config.py`).
+#
+# **The algorithm**
+#
+# | key | script | verl default | minirl | what changing it does |
+# |---|---|---|---|---|
+# | `algorithm.adv_estimator` | `grpo` | `gae` | same key, default `grpo` | `gae` adds a critic (a second model, its own update); `rloo`, `reinforce_plus_plus`, `remax` are other baselines ([Chapter 7](07_baselines.ipynb)) |
+# | `algorithm.use_kl_in_reward` | `False` | `False` | same | `True` subtracts $\beta\,\mathrm{KL}$ from the reward, InstructGPT's leash ([Chapter 3](03_rlhf.ipynb)), with `algorithm.kl_ctrl.kl_coef` |
+# | `actor_rollout_ref.actor.use_kl_loss` | `True` | `False` | same | GRPO's way to stay near the reference: a loss term instead of a reward penalty. `False` drops the reference model's pass |
+# | `actor_rollout_ref.actor.kl_loss_coef` | `0.001` | `0.001` | same | the KL loss's weight; section 3 measures 0.001 against 0.1 |
+# | `actor_rollout_ref.actor.kl_loss_type` | `low_var_kl` | `low_var_kl` | same | the estimator: `low_var_kl` is k3, clamped at 10 ([Chapter 3, section 4](03_rlhf.ipynb#4-the-leash-estimating-kl-from-samples)) |
+# | `actor_rollout_ref.actor.entropy_coeff` | `0` | `0` | same | a positive value adds an entropy bonus; it fights entropy collapse but can make answers noisy |
+# | `actor_rollout_ref.rollout.n` | `5` | `1` | same key, default 8 | the group size $G$: responses per prompt. GRPO needs $G \ge 2$; section 3 measures 2 against 8 |
+# | (not set) `actor_rollout_ref.actor.loss_agg_mode` | — | `token-mean` | same | how token losses become one number ([Chapter 5](05_dapo.ipynb)); section 3 |
+# | (not set) `algorithm.norm_adv_by_std_in_grpo` | — | `True` | same | `False` is Dr.GRPO: no division by the group's std ([Chapter 5](05_dapo.ipynb)); section 3 |
+# | (not set) `actor_rollout_ref.rollout.temperature` | — | `1.0` | same | sampling temperature; the actor divides its logits by it when it recomputes log-probs. Section 3 |
+# | (not set) `actor_rollout_ref.actor.clip_ratio_low` / `clip_ratio_high` | — | `0.2` / `0.2` | same | PPO's clip range ([Chapter 1](01_ppo.ipynb)); DAPO raises the high one ([Chapter 5](05_dapo.ipynb)) |
+#
+# **The data**
+#
+# | key | script | verl default | minirl | what changing it does |
+# |---|---|---|---|---|
+# | `data.train_files`, `data.val_files` | GSM8K and MATH parquet files | GSM8K's files | same keys | a list trains on both; validation reports each `data_source` on its own (`val-core/openai/gsm8k/...`) |
+# | `data.train_batch_size` | `1024` | `1024` | same, default 32 | prompts per step (section 2) |
+# | `data.max_prompt_length` | `1024` | `512` | same, default 32 | the prompt budget in tokens; memory grows with it |
+# | `data.max_response_length` | `2048` | `512` | same, default 20 | the response budget: too small cuts reasoning off (watch `response_length/clip_ratio`), large costs generation time and memory |
+# | `data.filter_overlong_prompts` | `True` | `False` | same | drops over-long prompts from the dataset at start, so `truncation=error` never fires |
+# | `data.truncation` | `error` | `error` | same | what to do with an over-long prompt: `error`, `left`, `right`, `middle` |
+#
+# **The model and the optimiser**
+#
+# | key | script | verl default | minirl | what changing it does |
+# |---|---|---|---|---|
+# | `actor_rollout_ref.model.path` | `Qwen/Qwen3-8B` | a local path | same | the policy; also the reference and the rollout weights |
+# | `actor_rollout_ref.model.use_remove_padding` | `True` | `True` | accepted, no effect | packs sequences without padding (speed) |
+# | `actor_rollout_ref.model.enable_gradient_checkpointing` | `True` | `True` | same key, default false | recompute activations in the backward pass: far less memory, about a third more compute |
+# | `actor_rollout_ref.actor.optim.lr` | `1e-6` | `1e-6` | same, default 1e-4 | the step size; an 8B model needs a small one, the tiny one a larger one |
+# | `actor_rollout_ref.actor.ppo_mini_batch_size` | `256` | `256` | same, default 16 | prompts per optimizer step (section 2) |
+# | `actor_rollout_ref.actor.use_dynamic_bsz`, `ppo_max_token_len_per_gpu` | `True`, `24576` | `False`, `16384` | same | micro-batches by a token budget per GPU instead of a row count (section 2). Memory only |
+# | `actor_rollout_ref.actor.fsdp_config.param_offload`, `optimizer_offload` | `False`, `False` | `False`, `False` | accepted, no effect | move the actor's weights or optimizer state to CPU memory between uses |
+#
+# **Rollout, reference and trainer**
+#
+# | key | script | verl default | minirl | what changing it does |
+# |---|---|---|---|---|
+# | `actor_rollout_ref.rollout.name` | `vllm` | must be set | accepted, no effect | the inference engine (vLLM or SGLang). minirl's is a KV-cached decode loop |
+# | `actor_rollout_ref.rollout.tensor_model_parallel_size` | `2` | `2` | accepted, no effect | each vLLM replica spans 2 GPUs, so 8 GPUs hold 4 replicas |
+# | `actor_rollout_ref.rollout.gpu_memory_utilization` | `0.6` | `0.5` | accepted, no effect | the share of GPU memory vLLM takes for weights and KV cache |
+# | `actor_rollout_ref.rollout.log_prob_use_dynamic_bsz`, `log_prob_max_token_len_per_gpu` | `True`, `24576` | follow the actor | same | the token budget of the old-log-prob pass (forward only) |
+# | `actor_rollout_ref.ref.log_prob_use_dynamic_bsz`, `log_prob_max_token_len_per_gpu` | `True`, `24576` | follow the actor | same | the same for the reference pass |
+# | `actor_rollout_ref.ref.fsdp_config.param_offload` | `True` | `False` | accepted, no effect | the frozen reference waits in CPU memory between its passes |
+# | `trainer.balance_batch` | `True` | `True` | same | reorders the batch so that GPUs get similar token counts |
+# | `trainer.logger` | `["console","wandb"]` | `["console","wandb"]` | same, default `[console]` | where metrics go; minirl always writes `metrics.jsonl` too |
+# | `trainer.project_name`, `experiment_name` | names | names | same | wandb's project and run names (and verl's checkpoint folder) |
+# | `trainer.n_gpus_per_node`, `trainer.nnodes` | `8`, `1` | `8`, `1` | same; must match the launch | the processes of the run (section 2) |
+# | `trainer.save_freq`, `trainer.test_freq` | `20`, `5` | `-1`, `-1` | same, default `-1`, `10` | checkpoint and validate every N steps |
+# | `trainer.total_epochs` | `15` | `30` | same | passes over the training set; `trainer.total_training_steps` overrides it |
+#
+# ## 2. The batch arithmetic
+#
+# The question people ask most about verl's config is what the batch sizes count (on GitHub, for example,
+# verl-project/verl issues #180 "if rollout.n is doubled, will the samples used for training doubled too?",
+# #399, #1524 "Some doubts about batch size", #2333 and #2793). The rule: **every batch size in the config counts
+# prompts; the trainer works on responses.** verl multiplies `ppo_mini_batch_size` by `rollout.n` in
+# `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer._update_actor` (and `_update_critic`), then each worker
+# takes its share. `minirl/batch_math.py::step_arithmetic` counts it (Exercise D.1 asks you to write it):
+
+# %%
+def describe(config, processes, title):
+    counts = batch_math.step_arithmetic(config, processes)
+    n = config.actor_rollout_ref.rollout.n
+    print(f"{title}\n  {counts.prompts} prompts x n={n} = {counts.responses} responses "
+          f"per step\n  {counts.mini_batches_per_epoch} mini-batches of {counts.responses_per_mini_batch} responses "
+          f"x {config.actor_rollout_ref.actor.ppo_epochs} epoch(s) = {counts.optimizer_steps} optimizer steps per "
+          f"training step\n  each process (of {processes}): {counts.responses_per_process} responses per mini-batch, "
+          f"in {counts.micro_batches_per_mini_batch or 'token-budgeted'} micro-batch(es)")
+    return counts
+
+
+describe(script, 8, "verl's Qwen3-8B GRPO script on 8 GPUs:")
+describe(load_config(SCRIPT + ["actor_rollout_ref.actor.use_dynamic_bsz=false",
+                               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"], announce=False), 8,
+         "the same with 4 rows per micro-batch instead of a token budget:")
+tiny = describe(load_config([], announce=False), 1, "minirl's defaults on one process:")
+
+# %% [markdown]
+# With `use_dynamic_bsz`, the number of micro-batches depends on the lengths. Each GPU's 160 responses of one
+# mini-batch are cut into groups of at most `ppo_max_token_len_per_gpu` = 24576 tokens (prompt plus
+# response). At the longest, 1024 + 2048 = 3072 tokens, 8 fit, so at most 20 micro-batches; with typical GSM8K
+# lengths (about 200 + 400 tokens) about 4:
+
+# %%
+for label, length in (("every sequence at its budget", 1024 + 2048), ("typical GSM8K lengths", 200 + 400)):
+    micro = batch_math.dynamic_micro_batches([length] * 160, 24576)
+    print(f"{label:30s}: {micro} micro-batches of at most 24576 tokens")
+
+# %% [markdown]
+# The picture of one step of the script (8 GPUs):
+
+# %%
+def box(ax, x, y, w, h, text, color):
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", facecolor=color, edgecolor="k", lw=0.8))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8)
+
+
+fig, ax = plt.subplots(figsize=(13, 4.2))
+box(ax, 0.0, 1.6, 1.6, 0.8, "1024 prompts\n(data.train_batch_size)", "#cfe2f3")
+box(ax, 2.0, 1.6, 1.8, 0.8, "5120 responses\n(x rollout.n = 5)", "#d9ead3")
+for i in range(4):
+    box(ax, 4.3, 3.0 - i * 0.95, 1.9, 0.75, f"mini-batch {i + 1}: 1280 responses\n(256 prompts x 5)", "#fff2cc")
+    ax.annotate("", xy=(4.3, 3.35 - i * 0.95), xytext=(3.8, 2.0), arrowprops={"arrowstyle": "->", "lw": 0.6})
+for g in range(8):
+    box(ax, 6.7, 3.35 - g * 0.45, 1.5, 0.35, f"GPU {g}: 160 responses", "#f4cccc")
+    ax.annotate("", xy=(6.7, 3.52 - g * 0.45), xytext=(6.2, 3.37), arrowprops={"arrowstyle": "->", "lw": 0.4})
+box(ax, 8.7, 1.9, 2.2, 1.3, "micro-batches of <= 24576 tokens\n(use_dynamic_bsz): 4-20 passes,\ngradients accumulated",
+    "#ead1dc")
+box(ax, 11.3, 1.9, 1.6, 1.3, "1 optimizer step\nper mini-batch:\n4 per training step\n(x ppo_epochs = 1)", "#d0e0e3")
+ax.annotate("", xy=(8.7, 2.55), xytext=(8.2, 2.55), arrowprops={"arrowstyle": "->"})
+ax.annotate("", xy=(11.3, 2.55), xytext=(10.9, 2.55), arrowprops={"arrowstyle": "->"})
+ax.text(7.45, -0.4, "each mini-batch in turn (shown for mini-batch 1)", ha="center", fontsize=8, style="italic")
+ax.set(xlim=(-0.2, 13.1), ylim=(-0.6, 3.9),
+       title="One GRPO training step of verl's Qwen3-8B script: what each batch key counts")
+ax.axis("off")
+plt.show()
+
+# %% [markdown]
+# **Checked against the trainer.** The arithmetic is only useful if it is what the trainer does. Here we run
+# one real training step and count the actor's optimizer steps and backward passes (by wrapping the actor's
+# `_optimizer_step` and `_backward`; `batch_math.count_actor_passes`), for a few configs:
+
+# %%
+checks = [["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+           "actor_rollout_ref.rollout.n=4"],
+          ["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.rollout.n=4",
+           "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=6"]]
+if not fast_mode():
+    checks.append(["data.train_batch_size=32", "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+                   "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64"])
+for i, overrides in enumerate(checks):
+    shutil.rmtree(RUNS / f"count{i}", ignore_errors=True)
+    predicted = batch_math.step_arithmetic(load_config(overrides, announce=False))
+    counted = batch_math.count_actor_passes([*overrides, f"trainer.default_local_dir={RUNS / f'count{i}'}"])
+    print(f"{' '.join(o.split('.')[-1] for o in overrides):75s} predicted {predicted.optimizer_steps} steps, "
+          f"{predicted.optimizer_steps * predicted.micro_batches_per_mini_batch} backward passes | counted "
+          f"{counted['optimizer_steps']} steps, {counted['backward_passes']} backward passes")
+
+# %% [markdown]
+# And what the validator refuses, with the message it prints (these come from `minirl/config.py::validate_config`
+# and the trainer's process check, and they are what Exercise D.1 must also refuse):
+
+# %%
+for overrides, processes in ((["data.train_batch_size=1000", "actor_rollout_ref.actor.ppo_mini_batch_size=256"], 1),
+                             (["actor_rollout_ref.rollout.n=5", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+                               "data.train_batch_size=32"], 2),
+                             (["actor_rollout_ref.rollout.n=1"], 1)):
+    try:
+        batch_math.step_arithmetic(load_config(overrides, announce=False), processes)
+    except ValueError as error:
+        print(f"{' '.join(overrides)} on {processes} process(es):\n   {str(error).strip()}\n")
+
+# %% [markdown]
+# Two more facts that surprise people:
+#
+# - **Micro-batches never change the update.** The loss of each micro-batch is normalised by the counts of the
+#   whole mini-batch (verl 0.9.1's `global_batch_info`), so 1 or 40 micro-batches give the same gradient
+#   within rounding. They change memory and time only.
+# - **Several GPUs do not change the step either** (in minirl exactly; README, "Several processes"): the 1280
+#   responses of a mini-batch are one optimizer step whether 1 or 8 GPUs hold them. More GPUs mean a larger
+#   `train_batch_size` fits in the same time, not more steps.
+#
+# ## 3. Ablations: the keys that change learning
+#
+# Short GRPO runs on the tiny arithmetic task, from the cached warm start (30 steps, 32 prompts per step,
+# 3 seeds each; the baseline is minirl's defaults: $G = 8$, 2 mini-batches, `token-mean`, temperature 1, no KL
+# loss). We compare final validation accuracy (greedy, 200 prompts). One variable changes at a time.
+
+# %%
+STEPS = 3 if fast_mode() else 30
+VARIANTS = {
+    "baseline (n=8)": [],
+    "rollout.n=2": ["actor_rollout_ref.rollout.n=2"],
+    "kl_loss_coef=0.001 (script)": ["actor_rollout_ref.actor.use_kl_loss=true",
+                                    "actor_rollout_ref.actor.kl_loss_coef=0.001"],
+    "kl_loss_coef=0.1": ["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1"],
+    "8 updates a step (mini=4)": ["actor_rollout_ref.actor.ppo_mini_batch_size=4"],
+    "temperature=0.6": ["actor_rollout_ref.rollout.temperature=0.6"],
+}
+COMMON = [f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={min(10, STEPS)}"]
+if fast_mode():
+    COMMON += ["data.val_max_samples=40"]
+results = run_grid(RUNS / "ablations", VARIANTS, *COMMON)
+VAL = "val-core/minirl/arithmetic/acc/mean@1"
+SHOWN = ("baseline (n=8)", "rollout.n=2", "kl_loss_coef=0.1", "8 updates a step (mini=4)", "temperature=0.6")
+plot_comparison({k: results[k] for k in SHOWN},
+                [(VAL, "validation accuracy", "step"), (VAL, "against tokens generated", "tokens"),
+                 ("actor/entropy", "entropy per token", "step")])
+table = compare_table(results, VAL).splitlines()
+print("\n".join(line for line in table if " vs " not in line))  # every variant's final accuracy over seeds
+for label in list(VARIANTS)[1:]:  # each variant against the baseline only
+    print(compare_table({"baseline (n=8)": results["baseline (n=8)"], label: results[label]}, VAL).splitlines()[-1])
+
+# %% [markdown]
+# What our full run showed (final accuracy after 30 steps, mean and range over 3 seeds; the table above has
+# this run's numbers; with 200 validation prompts one accuracy has a standard error of about 0.035):
+#
+# - **`rollout.n` is the only key here that changes the result beyond the seed spread, and which way depends
+#   on the axis.** Per step, $G = 8$ ends at 0.653 (0.625-0.690) and $G = 2$ at 0.573 (0.565-0.580): eight
+#   answers per prompt give a better group baseline and more signal per step. Per token generated (the middle
+#   panel) it is the other way round: $G = 2$ reaches 0.57 after about 50k tokens, where $G = 8$ is near 0.53.
+#   A larger group buys a better estimate with more generation, which on GPUs is most of a step's time.
+# - **More optimizer steps per training step** (mini-batch of 4 prompts, 8 updates a step) learn fastest early
+#   (0.59 against 0.53 at step 10) and end within noise (0.668, 0.640-0.685); their entropy falls fastest (right
+#   panel), the price of moving further from the sampling policy each step.
+# - **`kl_loss_coef`**: the script's 0.001 is a very light leash, within noise of no KL loss (0.645 against
+#   0.653); 0.1 holds the policy nearer the warm start and its entropy higher, and ends within noise in 30 steps
+#   (0.637, 0.570-0.685).
+# - **`temperature=0.6`** samples more confident answers (lower entropy from the first step) and ends within
+#   noise (0.663).
+# - **`loss_agg_mode` and `norm_adv_by_std_in_grpo`** are not in this grid: in an earlier full run of this lab
+#   with them (3 seeds) `seq-mean-token-mean` ended at 0.637 (0.590-0.685) and `norm_adv_by_std=false` at 0.652
+#   (0.620-0.685), both within noise. They matter when response lengths vary and groups are nearly all right or
+#   all wrong; [Chapter 5](05_dapo.ipynb) measures them on the chain task, where they do.
+#
+# ## 4. verl <-> minirl
+#
+# | what | verl 0.9.1 | minirl |
+# |---|---|---|
+# | mini-batch in responses | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer._update_actor` (`ppo_mini_batch_size * rollout.n`) | `minirl/trainer.py`, `minirl/batch_math.py::step_arithmetic` |
+# | micro-batches by rows or tokens | `verl/utils/seqlen_balancing.py::rearrange_micro_batches` | `minirl/seqlen_balancing.py::token_budget_micro_batches`, `row_micro_batches` |
+# | the config and its defaults | `verl/trainer/config/_generated_ppo_trainer.yaml` | `minirl/config.py` |
+# | the actor's checks | `verl/workers/config/actor.py::ActorConfig` (`validate`) | `minirl/config.py::validate_config`, the trainer's process check |
+#
+# ## 5. Where verl's pages are out of date (checked against verl 0.9.1's code)
+#
+# - **`docs/algo/grpo.md` misspells the group-size key** as `actor_rollout.ref.rollout.n`; the key is
+#   `actor_rollout_ref.rollout.n` (a typo there is an error in verl and in minirl).
+# - **`grpo.md` says the trajectories are split into mini-batches "with batch_size=ppo_mini_batch_size".** The
+#   size counts prompts: a mini-batch holds `ppo_mini_batch_size * rollout.n` trajectories
+#   (`RayPPOTrainer._update_actor`).
+# - **`grpo.md` calls `actor_rollout_ref.actor.clip_ratio` "the GRPO clip range".** In 0.9.1 the loss reads
+#   `clip_ratio_low` and `clip_ratio_high`, which default to 0.2 on their own, so setting only `clip_ratio` changes
+#   nothing (`minirl/README.md`, item 1).
+# - **`grpo.md` lists three `loss_agg_mode` options;** 0.9.1's `ActorConfig` accepts five (`token-mean`,
+#   `token-sum`, `seq-mean-token-sum`, `seq-mean-token-mean`, `seq-mean-token-sum-norm`).
+# - **`docs/examples/config.rst` lists the global `ppo_micro_batch_size` as "will be deprecated".** 0.9.1 still
+#   reads it but refuses it next to `ppo_micro_batch_size_per_gpu`, and without `use_dynamic_bsz` it requires
+#   one of the two (`ActorConfig.__post_init__`). minirl accepts the old key with no effect and says to use the
+#   per-GPU one; with neither, it uses each process's whole share as one micro-batch.
+#
+# ## 6. Exercises
+#
+# Open `exercises/lab_d_grpo_config.py` and grade with `make grade EX=D.1`.
+#
+# | exercise | function | graded on |
+# |---|---|---|
+# | D.1 | `batch_arithmetic` | six configs (verl's script, the quickstart, minirl's defaults, odd sizes, micro-batches that do not divide the share) compared with minirl's counts, and five configs that cannot train, which must raise a `ValueError` naming the keys |
+#
+# <details><summary>Hints</summary>
+#
+# `ppo_mini_batch_size` counts prompts: multiply by `n` to get the responses of one optimizer step. One
+# optimizer step per mini-batch, per epoch. Each process gets an equal share of each mini-batch, then cuts it
+# into micro-batches (round up).
+# </details>
+#
+# **A failure-mode question.** A colleague moves the script from 8 GPUs to 6 and the run refuses to start.
+# Which numbers must change, and why does `train_batch_size` not need to?
+#
+# <details><summary>Answer</summary>
+#
+# A mini-batch holds 256 x 5 = 1280 responses, and 1280 is not divisible by 6. Choose `ppo_mini_batch_size`
+# so that `ppo_mini_batch_size * n` is divisible by 6 (e.g. 192 prompts, 960 responses, 160 per GPU) and
+# divides `train_batch_size` (1024 is not divisible by 192: use `train_batch_size=960` or 1152). The training
+# batch itself is split mini-batch by mini-batch, so only the mini-batch must split evenly.
+# </details>
+#
+# ### The library's code, after you tried
+
+# %%
+from IPython.display import display
+
+for function in (batch_math.step_arithmetic,):
+    display(show_source(function, collapsed=True))
+
+# %% [markdown]
+# ## 7. Where next
+#
+# - [Chapter 4 · GRPO](04_grpo.ipynb) for the group advantage these keys configure.
+# - [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for `loss_agg_mode`, `norm_adv_by_std_in_grpo` and clip-higher.
+# - [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) for the other critic-free estimators.
+# - [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) for the PPO quickstart's keys. Back to [the reading map](index.md).
