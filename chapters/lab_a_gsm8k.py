@@ -86,9 +86,19 @@ print(f"prompt characters: median {lengths[len(lengths) // 2]}, 99th percentile 
 #    a very long string is slow);
 # 2. **strict** mode (the default): find every `#### <number>` (exactly one space after `####`) and take
 #    the last one; **flexible** mode: take the last number anywhere;
-# 3. remove `,` and `$` from it and compare it with the ground truth **as a string**;
+# 3. in strict mode, remove commas from it (flexible mode keeps them); compare it with the ground truth
+#    **as a string**;
 # 4. return `score` (1.0) if equal, `format_score` (0.0 by default) if an answer was found but is wrong,
 #    and 0 if no answer was found.
+#
+# With $y$ the response, $y_{-300:}$ its last 300 characters, $g$ the ground truth and $a(\cdot)$ the extracted
+# answer:
+#
+# $$
+# r(y) = \begin{cases} \text{score} & \text{if } a(y_{-300:}) = g, \\
+# \text{format\_score} & \text{if } a(y_{-300:}) \text{ exists and } a(y_{-300:}) \neq g, \\
+# 0 & \text{if no answer is found.} \end{cases}
+# $$
 #
 # The real reference answers should all score 1. Then some broken answers, each made from a real one.
 
@@ -127,8 +137,9 @@ for name, response in broken.items():
 #   response that lists numbers can hit the answer by chance (Lab B and [Chapter 8](08_r1.ipynb) show
 #   policies exploiting lenient rules).
 # - **Strings, not numbers.** `#### 18.0` is not `18`. Exercise A.2 writes the numeric version.
-# - **`$` right after `#### ` is not a number,** so `#### $18` has no strict answer at all (the regex wants
-#   a digit, `-`, `.` or `,` after the space; the `$` removal only helps for `#### 18$`-like text).
+# - **A dollar sign right after `#### ` is not a number,** so `#### $18` has no strict answer at all (the
+#   regex wants a digit, `-`, `.` or `,` after the space). verl's code also deletes dollar signs from the
+#   strict answer, but that line never changes anything: the regex cannot capture a dollar sign.
 # - **The last 300 characters.** An answer followed by a long sign-off is lost. With a token budget of 512,
 #   this is rare, but it happens with chatty models.
 # - **`format_score`** gives partial credit to a wrong answer in the right format. verl's default is 0.0;

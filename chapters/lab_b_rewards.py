@@ -224,11 +224,18 @@ print(compare_table(results, "response_length/mean"))
 # bonus and 0.653 (0.625-0.690) without: within noise. A stronger bonus (0.1 per character, at most 3.0; one
 # seed, not shown) ended at the same validation accuracy, 0.68, and the same length.
 #
-# Why: GRPO's advantage is the reward minus **the mean of the group** (divided by its std). The warm start
-# always ends with EOS right after its answer, so the responses to one prompt have nearly the same length (they
-# differ only when a wrong answer has another number of digits); the bonus is then nearly the same for every
-# member of the group and cancels in the advantage. A reward term
-# only teaches what varies *within* a group. A policy that sometimes padded its answers would be pushed to pad
+# Why: GRPO's advantage is the reward minus **the mean of the group** (divided by its std). For the $G$
+# responses to one prompt, with rewards $r_i$ and bonuses $b_i$,
+#
+# $$
+# \hat A_i = \frac{(r_i + b_i) - \operatorname{mean}_j (r_j + b_j)}{\operatorname{std}_j (r_j + b_j) + \epsilon}
+# \quad\text{and}\quad (r_i + b_i) - \operatorname{mean}_j (r_j + b_j) = (r_i - \bar r) + (b_i - \bar b),
+# $$
+#
+# so only $b_i - \bar b$, the part of the bonus that varies within the group, reaches the advantage. The warm
+# start always ends with EOS right after its answer, so the responses to one prompt have nearly the same length
+# (they differ only when a wrong answer has another number of digits); then $b_i \approx \bar b$ for every member
+# of the group and the bonus cancels. A reward term only teaches what varies *within* a group. A policy that sometimes padded its answers would be pushed to pad
 # more; this one never does, so it has nothing to reinforce. This is also why reward hacking usually appears
 # late in real runs: first the policy must stumble on the behaviour that the hole pays for.
 #

@@ -111,8 +111,8 @@ print("\nresolved by minirl: adv_estimator", script.algorithm.adv_estimator,
 # ## 2. The batch arithmetic
 #
 # The question people ask most about verl's config is what the batch sizes count (on GitHub, for example,
-# verl-project/verl issues #180 "if rollout.n is doubled, will the samples used for training doubled too?",
-# #399, #1524 "Some doubts about batch size", #2333 and #2793). The rule: **every batch size in the config counts
+# verl-project/verl issues #180 "if rollout.n is doubled, will the samples used for training doubled too?", #399,
+# issue #1524 "Some doubts about batch size", #2333 and #2793). The rule: **every batch size in the config counts
 # prompts; the trainer works on responses.** verl multiplies `ppo_mini_batch_size` by `rollout.n` in
 # `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer._update_actor` (and `_update_critic`), then each worker
 # takes its share. `minirl/batch_math.py::step_arithmetic` counts it (Exercise D.1 asks you to write it):

@@ -121,11 +121,12 @@ def test_chapter_math_and_plots(site_url, browser, chapter):
         .map(i => [i.complete, i.naturalWidth, i.alt])""")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{chapter}.png"))
-    assert rendered > 5, f"{chapter}: only {rendered} formulas typeset"
+    # A chapter teaches a paper's maths; a lab is about doing, so it needs only the few formulas it explains.
+    assert rendered > (5 if chapter[0].isdigit() else 1), f"{chapter}: only {rendered} formulas typeset"
     assert raw_tex == 0, f"{chapter}: {raw_tex} paragraphs still show raw $...$"
     assert len(images) >= 2 and all(done and width > 100 for done, width, _ in images), f"{chapter}: plots {images}"
     for _, _, alt in images:
-        assert alt.startswith("Plot in Chapter") and "No description" not in alt, f"{chapter}: alt text {alt!r}"
+        assert alt.startswith(("Plot in Chapter", "Plot in Lab")) and "No description" not in alt, f"{chapter}: alt text {alt!r}"
     assert not page.errors, f"{chapter}: console errors {page.errors}"
 
 
