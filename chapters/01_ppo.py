@@ -22,7 +22,7 @@
 # | **Core formula** | $r_t(\theta) = \dfrac{\pi_\theta(a_t \mid s_t)}{\pi_{\text{old}}(a_t \mid s_t)}$, $\quad L^{\text{clip}} = \mathbb{E}_t\big[\min(r_t A_t,\ \operatorname{clip}(r_t, 1-\epsilon, 1+\epsilon) A_t)\big]$. In an LLM, $a_t$ is the $t$-th response token. |
 # | **Beginner's view** | Good answers may become more likely, bad ones less likely, but never by much in one go: `clip_ratio` is the safety rope. |
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (rollout, recompute `old_log_probs`, update; verl's legacy trainer, see section 5); `verl/trainer/ppo/core_algos.py::compute_policy_loss_vanilla` (ratio, `actor/pg_clipfrac`, `actor/ppo_kl`); `core_algos.py::agg_loss`; `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (verl's FSDP PPO example: GAE with a critic, `rollout.n=1`). |
-# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) to run PPO end to end, then the debug-metrics lab (Lab C, planned) for `actor/pg_clipfrac` and `actor/ppo_kl`; [Chapter 2 · GAE](02_gae.ipynb) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic. |
+# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) to run PPO end to end, then [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) for `actor/pg_clipfrac` and `actor/ppo_kl`; [Chapter 2 · GAE](02_gae.ipynb) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic. |
 #
 # Run time: about 5 minutes on 2 CPU cores (twelve small training runs: four settings, three seeds each). With `MINIRL_FAST=1` every run
 # shrinks to a few steps.

@@ -289,7 +289,7 @@ for record in [r for r in records if r["step"] in (1, STEPS // 2, STEPS)]:
 # | `response_length/clip_ratio` | 0: every response ends with EOS | near 1: responses hit `max_response_length` and get cut |
 # | `timing_s/gen` vs `timing_s/step` | generation about 0.3 s of a 2 s step here (the tiny model's passes dominate); on GPUs with long responses, most of the step | |
 #
-# The debug-metrics lab (Lab C, planned) will cover every metric and show broken runs next to healthy ones.
+# [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) covers every metric and shows broken runs next to healthy ones.
 #
 # ## 4. The real run: Qwen2.5-0.5B-Instruct on GSM8K (the GPU path)
 #
@@ -420,7 +420,7 @@ for function in (data.gsm8k_rows, data.extract_gsm8k_ground_truth, rewards.compu
 #
 # - [Lab B · Writing reward functions](lab_b_rewards.ipynb): your own `compute_score`, chosen by
 #   `data_source`, and how a lenient rule gets exploited.
-# - Lab C · Reading the debug metrics (planned): every metric of the log above, and runs that
+# - [Lab C · Reading the debug metrics](lab_c_metrics.ipynb): every metric of the log above, and runs that
 #   go wrong.
 # - [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): the same task with GRPO's keys and the
 #   batch arithmetic (prompts, responses, mini- and micro-batches).

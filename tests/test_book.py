@@ -102,8 +102,9 @@ def test_concordance_covers_every_verl_twin_the_library_names():
 
 
 # The reading map's "read first" advice for each paper (../shared/reading-map.zh.md): the labs that a chapter's
-# "Where next" must link (Lab C is planned and named without a link until it exists).
-READ_FIRST = {"01_ppo": ["lab_a_gsm8k"], "02_gae": ["lab_a_gsm8k"], "03_rlhf": ["lab_b_rewards"],
+# "Where next" must link.
+READ_FIRST = {"01_ppo": ["lab_a_gsm8k", "lab_c_metrics"], "02_gae": ["lab_a_gsm8k"],
+              "03_rlhf": ["lab_b_rewards", "lab_c_metrics"], "09_rollout_corr": ["lab_c_metrics"],
               "04_grpo": ["lab_d_grpo_config"], "05_dapo": ["lab_d_grpo_config"], "07_baselines": ["lab_d_grpo_config"],
               "08_r1": ["lab_a_gsm8k", "lab_b_rewards"],
               "10_hybridflow": ["lab_a_gsm8k", "lab_b_rewards", "lab_d_grpo_config"]}
