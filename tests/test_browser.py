@@ -124,7 +124,8 @@ def test_chapter_math_and_plots(site_url, browser, chapter):
     # A chapter teaches a paper's maths; a lab is about doing, so it needs only the few formulas it explains.
     assert rendered > (5 if chapter[0].isdigit() else 1), f"{chapter}: only {rendered} formulas typeset"
     assert raw_tex == 0, f"{chapter}: {raw_tex} paragraphs still show raw $...$"
-    assert len(images) >= 2 and all(done and width > 100 for done, width, _ in images), f"{chapter}: plots {images}"
+    enough = len(images) >= (2 if chapter[0].isdigit() else 1)  # a lab may show a single curve
+    assert enough and all(done and width > 100 for done, width, _ in images), f"{chapter}: plots {images}"
     for _, _, alt in images:
         described = alt.startswith(("Plot in Chapter", "Plot in Lab")) and "No description" not in alt
         assert described, f"{chapter}: alt text {alt!r}"
