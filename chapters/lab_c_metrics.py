@@ -33,7 +33,7 @@ from unittest import mock
 from minirl import models, sft
 from minirl.book import broken_runs
 from minirl.book.notebook import fast_mode, plot_comparison, run_grid
-from minirl.plot import load_metrics
+from minirl.plot import load_metrics, training_steps
 from minirl.trainer import train
 
 RUNS = Path("..") / "runs" / "lab_c"
@@ -44,15 +44,10 @@ if fast_mode():
 VAL = "val-core/minirl/arithmetic/acc/mean@1"
 
 
-def step_records(records):
-    """The training steps of a run (metrics.jsonl also holds the validation before step 1)."""
-    return [r for r in records if "timing_s/step" in r]
-
-
 def show_ranges(runs: dict, prefix: str):
     """Print min, max and last value over the training steps of every metric under `prefix`, per run."""
     for label, records in runs.items():
-        steps = step_records(records) if not prefix.startswith("val") else records
+        steps = training_steps(records) if not prefix.startswith("val") else records
         names = sorted({k for r in steps for k in r if k.startswith(prefix)})
         if not names:
             continue
@@ -104,7 +99,7 @@ ref = {label: runs[0] for label, runs in reference.items()}
 names = sorted({k for records in ref.values() for r in records for k in r} - {"step"})
 print(f"{len(names)} metric names in the two runs; groups:",
       sorted({n.split("/")[0] for n in names}))
-last = step_records(ref["ppo, everything on"])[-1]
+last = training_steps(ref["ppo, everything on"])[-1]
 print({k: round(last[k], 4) for k in ("critic/score/mean", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy")})
 
 # %% [markdown]

@@ -17,6 +17,11 @@ def load_metrics(run_dir: str | Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def training_steps(records: list[dict]) -> list[dict]:
+    """The records of training steps only (metrics.jsonl also holds the validation run before step 1)."""
+    return [r for r in records if "timing_s/step" in r]
+
+
 def curve(records: list[dict], key: str) -> tuple[list[int], list[float]]:
     """(steps, values) of one metric, skipping steps where it was not logged."""
     points = [(r["step"], r[key]) for r in records if key in r]

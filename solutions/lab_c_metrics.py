@@ -47,7 +47,7 @@ def diagnose(records: list[dict]) -> str:
         return "rollout_mismatch"
     if max(series("actor/kl_loss") or [0.0]) > 0.1:
         return "kl_blowup"
-    if median(series("actor/ppo_kl")) > 0.002 and max(series("actor/pg_clipfrac")) < 0.002:
-        return "no_clip"  # big steps and yet no token clipped
+    if median(series("actor/ppo_kl")) > 0.002 and max(series("actor/pg_clipfrac")) < 0.005:
+        return "no_clip"  # big steps and yet almost no token clipped (a clipped 4-epoch run: about 1.5%)
     return "healthy"
     # END SOLUTION

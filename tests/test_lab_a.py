@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from minirl import data, rewards, sft
+from minirl.batch_math import step_arithmetic
 from minirl.config import load_config
 from minirl.plot import load_metrics
 from minirl.trainer import train
@@ -36,6 +37,12 @@ def test_the_labs_gpu_command_is_a_valid_config():
     assert config.algorithm.adv_estimator == "gae" and config.actor_rollout_ref.rollout.n == 1
     assert config.data.val_max_samples == -1
     assert config.trainer.total_training_steps is None and config.trainer.total_epochs == 15
+    # The world size the command launches (1) and the one the text suggests next (8) both split a mini-batch:
+    processes = int(words[words.index("--num_processes") + 1])
+    assert processes == 1 and "--multi_gpu --num_processes 8" in text
+    one, eight = step_arithmetic(config, processes), step_arithmetic(config, 8)
+    assert (one.processes, one.responses_per_process, one.micro_batches_per_mini_batch) == (1, 64, 16)
+    assert (eight.processes, eight.responses_per_process, eight.micro_batches_per_mini_batch) == (8, 8, 2)
 
 
 def test_gsm8k_ships_and_preprocesses_as_verl_does(tmp_path):

@@ -134,10 +134,8 @@ def graded_runs(cache_dir: str | Path | None = None) -> list[tuple[str, list[dic
 def pad_is_eos_loss_mask(tokenize):
     """Wrap `sft.tokenize_demonstrations` into the classic SFT data bug of a tokenizer that pads with EOS.
 
-    Many chat tokenizers have no pad token, and the usual fix is `tokenizer.pad_token = tokenizer.eos_token`;
-    then a mask written as `labels[input_ids == pad_token_id] = -100` drops the padding and also the one real EOS
-    token of each demonstration, so the model is never taught to stop. The wrapped function does both steps: it
-    pads with the EOS id and masks every target equal to it. (The tiny tokenizer has its own pad token.)
+    The wrapped function pads with the EOS id and masks every target equal to it, so the one real EOS token of
+    each demonstration loses its loss too. Why this happens and what it does to a run: Lab C, section 4.
     """
     def tokenize_with_bug(tokenizer, demos, max_length):
         tensors = tokenize(tokenizer, demos, max_length)
