@@ -288,7 +288,7 @@ print("sum over tokens gives back the scores:", token_level_scores.sum(-1).tolis
 # Here is the whole batch at once. Each row is one sequence, each column a position; the dashed
 # line separates prompt from response.
 
-# %%
+# %% tags=["central-figure"]
 attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
 input_ids = torch.cat([prompts, responses], dim=1)
 panels = [

@@ -65,7 +65,7 @@ def run(name, *overrides, steps, test_freq=10):
 # 0.001 are still clipped). Each runs 15 steps with 3 seeds; the plots show the mean over seeds and,
 # shaded, their range. (Validation uses the first 100 questions here, to keep the chapter fast.)
 
-# %%
+# %% tags=["central-figure"]
 aggressive = ["actor_rollout_ref.actor.ppo_epochs=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
               "data.train_batch_size=16", "actor_rollout_ref.actor.optim.lr=3e-4", "data.val_max_samples=100"]
 unclipped = ["actor_rollout_ref.actor.clip_ratio_low=0.999", "actor_rollout_ref.actor.clip_ratio_high=1000",

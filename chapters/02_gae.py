@@ -237,7 +237,7 @@ print("after masked_whiten:", [round(a, 3) for a in whitened[0].tolist()], "(mea
 # (state, token) pairs, 64 continuations each) and average. The bias of one pair is itself estimated
 # from 64 samples, so it has a noise floor; the dashed line shows it.
 
-# %%
+# %% tags=["central-figure"]
 LAMS = [0.0, 0.5, 0.9, 0.95, 1.0]
 measured = gae_bias_variance(policy, critic, tokenizer, trainer.val_rows[:4 if fast_mode() else 12], LAMS,
                              samples=16 if fast_mode() else 64, response_length=response_length, seed=0)

@@ -250,7 +250,7 @@ for distance, exact, mode, mean, std in rows:
 # 3 seeds each. The trainer also scores every answer with the gold rule, which it never trains on,
 # and logs it as `minirl/gold_score/mean`.
 
-# %%
+# %% tags=["central-figure"]
 STEPS = 3 if fast_mode() else 20
 BETAS = (0.0, 0.01, 0.05)
 

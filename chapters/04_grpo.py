@@ -190,7 +190,7 @@ print("pg_loss:", loss.item(), "| gradient norm:", log_prob.grad.norm().item())
 # tokens processed so far. The validation set has 200 questions, so one accuracy has a standard
 # error of about 0.03 on its own.
 
-# %%
+# %% tags=["central-figure"]
 EXPERIMENT_STEPS = 3 if fast_mode() else 40
 results = {}
 for n in (2, 4, 8):

@@ -303,7 +303,7 @@ for key in ("response_length/clip_ratio", "minirl/worked/mean", "minirl/acc/mean
 # 0.28, dynamic sampling on `acc`, overlong shaping. `grpo_44` is plain GRPO with the same budget and the
 # same number of steps (dynamic sampling generates more answers per step; the count is printed below).
 
-# %%
+# %% tags=["central-figure"]
 recipe = {"grpo_44": runs["grpo_44"], "dapo_44": runs["dapo_44"]}
 plot_comparison(recipe, [("minirl/acc/mean", "accuracy of the sampled answers", "step"),
                          ("response_length/mean", "mean response length", "step"),

@@ -109,7 +109,7 @@ print(f"policy = reference: {same.item():.3f}   moved: {moved.item():.3f}   impl
 # Every 24 steps (about an epoch) the policy answers the held-out prompts, and the gold reward and the KL
 # to the SFT model (per answer) are measured on those answers.
 
-# %%
+# %% tags=["central-figure"]
 EPOCHS = 1 if fast_mode() else 3
 EVAL_STEPS = 2 if fast_mode() else 24
 

@@ -110,7 +110,7 @@ print(get_adv_estimator_fn("reinforce").__name__, "registered;", "now:", sorted(
 # We measure twice: with the task's reward (1 if right, else 0), and with the same reward plus 1 for
 # every answer, as a format bonus would give. A baseline should not care about the second.
 
-# %%
+# %% tags=["central-figure"]
 warm = default_warm_start(show_progress=False)
 tokenizer, policy = models.load_tokenizer(warm), models.load_policy(warm)
 questions = load_rl_rows(str(warm / "data" / "train.parquet"), tokenizer, 64)[:8]

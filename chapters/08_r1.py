@@ -134,7 +134,7 @@ for row, text, result in answers[:16:2]:
 # The same grid also trains with a **too-lenient verifier** (section 5 reads it): we run both now, as
 # their runs share everything but the reward.
 
-# %%
+# %% tags=["central-figure"]
 STEPS = 3 if fast_mode() else 40
 COMMON = [*sft.train_overrides(MIXED, sft.CHAIN_SFT), "actor_rollout_ref.actor.optim.lr=3e-4",
           f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}", f"trainer.save_freq={STEPS}",

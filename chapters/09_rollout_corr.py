@@ -170,7 +170,7 @@ for name, seed_runs, behind_only in table:
 # optimizer steps. Synced every 8, the engine can be 7 updates (28 optimizer steps) behind. Validation always samples with the actor's own weights, so it measures the policy
 # being trained, not the engine's stale copy.
 
-# %%
+# %% tags=["central-figure"]
 feel = {name: runs[name] for name in ("on-policy", "stale 4", "stale 8")}
 plot_comparison(feel, [(VAL, "validation accuracy (greedy, actor's weights)", "step"),
                        ("critic/score/mean", "reward of the sampled answers", "step"),

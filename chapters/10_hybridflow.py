@@ -215,7 +215,7 @@ plt.show()
 # batch, moving it between processes, and collecting. The last step of each Ray run, drawn as a Gantt
 # chart (dark: compute on the ranks; light: the call's extra time on the driver):
 
-# %%
+# %% tags=["central-figure"]
 COLORS = {"actor": "tab:red", "rollout": "tab:orange", "reference": "tab:olive", "critic": "tab:cyan"}
 ray_layouts = [name for name in results if name.startswith("Ray")]
 fig, axes = plt.subplots(len(ray_layouts), 1, figsize=(12, 2.2 * len(ray_layouts)), squeeze=False)

@@ -218,7 +218,7 @@ print("with algorithm.adv_estimator=gae:           adv_estimator =", resolved_pp
 # Now the tiny run, three seeds, two at a time. `data.seed` changes the data order, every sampling seed and
 # the critic head's initialisation.
 
-# %%
+# %% tags=["central-figure"]
 STEPS = 3 if fast_mode() else 40
 TINY_PPO = [*sft.train_overrides(WARM, sft.WORD_SFT), f"critic.model.path={WARM}", "algorithm.adv_estimator=gae",
             "data.train_batch_size=128", "data.max_prompt_length=96", "actor_rollout_ref.actor.optim.lr=1e-4",

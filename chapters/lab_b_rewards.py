@@ -200,7 +200,7 @@ print("GSM8K's rule:", find_failure(format_and_answer))
 # per response, twice what the answers need). `critic/score/mean` is what the policy is paid; `minirl/acc/mean`
 # and validation accuracy are the strict rule alone.
 
-# %%
+# %% tags=["central-figure"]
 STEPS = 3 if fast_mode() else 30
 LENIENT = ["reward.custom_reward_function.path=../minirl/rewards.py",
            "reward.custom_reward_function.name=length_bonus_score"]

@@ -300,7 +300,7 @@ def final(name: str, key: str) -> float:
 # **Fix:** verl's default actor learning rate is 1e-6 for billion-parameter models; scale it down, or add
 # warm-up (`actor.optim.lr_warmup_steps`).
 
-# %%
+# %% tags=["central-figure"]
 signature("lr_too_high", [("critic/score/mean", "score"), ("actor/ppo_kl", "actor/ppo_kl"),
                           ("actor/entropy", "actor/entropy"),
                           ("minirl/zero_spread_group_frac", "groups with one score")])

@@ -149,7 +149,7 @@ for label, length in (("every sequence at its budget", 1024 + 2048), ("typical G
 # %% [markdown]
 # The picture of one step of the script (8 GPUs):
 
-# %%
+# %% tags=["central-figure"]
 def box(ax, x, y, w, h, text, color):
     ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", facecolor=color, edgecolor="k", lw=0.8))
     ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8)

@@ -4,7 +4,10 @@ For every page in the site's navigation: no console errors, and every link insid
 points into the site (including the footer's "next" link) lands on a page. For each chapter:
 formulas typeset by MathJax (no raw TeX left) and plots loaded as images with a meaningful alt text.
 The reading map's display math and the site search ("clip_ratio" finds Chapter 4), and the
-concordance and glossary tables. Screenshots are saved to runs/screenshots/ for a human to look at.
+concordance and glossary tables. The Chinese edition (/zh/, minirl/book/zh.py): every page of its nav
+loads the same way; Chinese text is drawn with a CJK font (not as empty boxes), formulas typeset, the
+central figure loads, the language switch leads from a chapter to its Chinese page and back (search for a
+Chinese term does not work yet: that test is an expected failure). Screenshots are saved to runs/screenshots/ for a human to look at.
 
 Playwright's Python package drives the system's `chromium` through `executable_path`: nothing is
 downloaded at run time. Without chromium the tests are skipped, unless MINIRL_REQUIRE_BROWSER=1 (set
@@ -26,10 +29,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from minirl.book import zh
+
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOTS = REPO / "runs" / "screenshots"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 CHAPTERS = sorted(p.stem for p in (REPO / "chapters").glob("*.ipynb"))
+CHINESE_CHAPTERS = [Path(english).stem for english, _, status in zh.coverage()
+                    if status == "translated" and english.endswith(".ipynb")]
 
 if CHROMIUM is None:
     if os.environ.get("MINIRL_REQUIRE_BROWSER") == "1":
@@ -39,17 +46,21 @@ if CHROMIUM is None:
 sync_api = pytest.importorskip("playwright.sync_api")
 
 
-def nav_pages() -> list[str]:
-    """The URL path of every page in mkdocs.yml's nav ("" for the reading map)."""
-    nav = yaml.safe_load((REPO / "mkdocs.yml").read_text().replace("!!python", "#"))["nav"]
+def nav_pages(language: str = "en") -> list[str]:
+    """The URL path of every page in mkdocs.yml's nav for `language` ("" for the reading map, "zh/" in Chinese)."""
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text().replace("!!python", "#"))
+    nav, prefix = config["nav"], ""
+    if language != "en":
+        i18n = next(p["i18n"] for p in config["plugins"] if isinstance(p, dict) and "i18n" in p)
+        nav, prefix = next(lang["nav"] for lang in i18n["languages"] if lang["locale"] == language), f"{language}/"
 
     def files_of(entries):  # a section ("Labs") holds a list of entries of its own
         for entry in entries:
             value = next(iter(entry.values()))
             yield from files_of(value) if isinstance(value, list) else [value]
 
-    files = list(files_of(nav))
-    return ["" if f == "index.md" else f.rsplit(".", 1)[0] + "/" for f in files]
+    stems = [f.rsplit(".", 1)[0].removesuffix(f".{language}") for f in files_of(nav)]
+    return [prefix + ("" if stem == "index" else stem + "/") for stem in stems]
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +107,7 @@ def test_the_nav_lists_every_chapter_and_reference_page():
     assert {"", "concordance/", "glossary/"} <= set(pages)
 
 
-@pytest.mark.parametrize("path", nav_pages())
+@pytest.mark.parametrize("path", nav_pages() + nav_pages("zh"))
 def test_every_page_loads_cleanly_and_its_links_resolve(site_url, browser, path):
     page = open_page(browser, f"{site_url}/{path}")
     links = page.evaluate("""[...new Set([...document.querySelectorAll('article a, a.md-footer__link')]
@@ -104,8 +115,7 @@ def test_every_page_loads_cleanly_and_its_links_resolve(site_url, browser, path)
     for link in links:
         with urllib.request.urlopen(link, timeout=10) as response:
             assert response.status == 200, f"{path}: {link}"
-    last = nav_pages()[-1]
-    if path != last:
+    if path not in (nav_pages()[-1], nav_pages("zh")[-1]):
         assert page.locator("a.md-footer__link--next").count() == 1, f"{path}: no 'next' link"
     assert not page.errors, f"{path}: console errors {page.errors}"
 
@@ -150,11 +160,11 @@ def test_reading_map_math_and_search(site_url, browser):
     assert not page.errors, page.errors
 
 
-@pytest.mark.parametrize("reference, rows", [("concordance", 200), ("glossary", 20)])
+@pytest.mark.parametrize("reference, rows", [("concordance", 200), ("glossary", 20), ("zh/glossary", 20)])
 def test_concordance_and_glossary_tables(site_url, browser, reference, rows):
     page = open_page(browser, f"{site_url}/{reference}/")
     table_rows = page.locator("article table tbody tr").count()
-    page.screenshot(path=str(SCREENSHOTS / f"{reference}.png"), full_page=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{reference.replace('/', '-')}.png"), full_page=True)
     assert table_rows > rows, f"{reference}: {table_rows} table rows"
     if reference == "concordance":
         text = page.inner_text("article")
@@ -163,3 +173,64 @@ def test_concordance_and_glossary_tables(site_url, browser, reference, rows):
         links = page.evaluate("[...document.querySelectorAll('article a')].map(a => a.href)")
         assert any(link.rstrip("/").endswith("/01_ppo") for link in links)
     assert not page.errors, f"{reference}: console errors {page.errors}"
+
+
+CJK_DRAWN = """() => {  // two different characters give two different pictures only if a CJK font draws them
+    const draw = text => { const c = document.createElement('canvas'); c.width = 64; c.height = 32;
+        const g = c.getContext('2d'); g.font = '24px ' + getComputedStyle(document.body).fontFamily;
+        g.fillText(text, 0, 24); return c.toDataURL(); };
+    return draw('优') !== draw('势') && draw('优') !== draw('');
+}"""
+
+
+@pytest.mark.parametrize("chapter", CHINESE_CHAPTERS)
+def test_chinese_chapter_pages_render(site_url, browser, chapter):
+    page = open_page(browser, f"{site_url}/zh/{chapter}/")
+    typeset(page)
+    assert page.evaluate("document.documentElement.lang") == "zh"
+    assert page.evaluate(CJK_DRAWN), "Chinese characters are not drawn by a CJK font (apt-get install fonts-noto-cjk)"
+    assert page.locator("mjx-container svg").count() >= 1, f"{chapter}: no formula typeset"
+    raw_tex = page.evaluate(r"""[...document.querySelectorAll('article p, article td')].map(e => e.innerText)
+        .filter(t => /\$[^$\s][^$]*\$/.test(t)).length""")
+    assert raw_tex == 0, f"{chapter}: {raw_tex} paragraphs still show raw $...$"
+    figure = page.evaluate(f"""[...document.querySelectorAll('article img')]
+        .filter(i => i.src.endsWith('figures/{chapter}.png')).map(i => [i.complete, i.naturalWidth, i.alt])""")
+    assert figure and all(done and width > 100 and alt for done, width, alt in figure), f"{chapter}: figure {figure}"
+    page.screenshot(path=str(SCREENSHOTS / f"zh-{chapter}.png"), full_page=True)
+    assert not page.errors, f"{chapter}: console errors {page.errors}"
+
+
+def test_the_language_switch_keeps_the_reader_on_the_same_chapter(site_url, browser):
+    chapter = CHINESE_CHAPTERS[0]
+    page = open_page(browser, f"{site_url}/{chapter}/")
+    page.locator(".md-header__option .md-select").hover()
+    page.locator('a.md-select__link[hreflang="zh"]').click()
+    page.wait_for_url(f"**/zh/{chapter}/")
+    assert page.evaluate("document.documentElement.lang") == "zh" and "章" in page.title()
+    page.locator(".md-header__option .md-select").hover()
+    page.locator('a.md-select__link[hreflang="en"]').click()
+    page.wait_for_url(f"{site_url}/{chapter}/")
+    # a page with no Chinese version is shown in English, with a note saying so
+    page = open_page(browser, f"{site_url}/zh/concordance/")
+    assert "本页暂无中文版" in page.inner_text("article")
+    assert not page.errors, page.errors
+
+
+@pytest.mark.xfail(strict=True, reason="Chinese search finds nothing yet: the index holds jieba's words (joined by "
+                   "zero-width spaces), but Material's English lunr pipeline in the browser does not match them (issue 16)")
+def test_chinese_reading_map_and_search(site_url, browser):
+    page = open_page(browser, f"{site_url}/zh/")
+    typeset(page)
+    assert page.locator("mjx-container[display=true] svg").count() >= 3
+    page.screenshot(path=str(SCREENSHOTS / "zh-index.png"), full_page=True)
+    box = page.locator("input.md-search__input")
+    box.click()
+    hits, deadline = [], time.time() + 60
+    while not any("/zh/" in href for href in hits) and time.time() < deadline:
+        box.fill("")
+        box.press_sequentially("优势")  # a glossary term, cut into words by jieba at build time
+        page.wait_for_timeout(500)
+        hits = page.evaluate("[...document.querySelectorAll('.md-search-result__item a')].map(a => a.href)")
+    assert any("/zh/" in href for href in hits), f"search for 优势 found {hits}"
+    page.screenshot(path=str(SCREENSHOTS / "zh-search.png"))
+    assert not page.errors, page.errors

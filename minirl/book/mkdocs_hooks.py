@@ -15,6 +15,8 @@ import re
 import shutil
 from pathlib import Path
 
+from mkdocs.plugins import event_priority
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MATHJAX_SOURCE = REPO_ROOT / "build" / "mathjax" / "node_modules" / "mathjax" / "es5"
 MATHJAX_DIR = "assets/mathjax"
@@ -37,14 +39,51 @@ MERMAID_LOADER = re.compile(r'<script type="module">\s*document\.addEventListene
                             r'\s*const diagrams = document\.querySelectorAll\("\.jp-Mermaid.*?</script>', re.DOTALL)
 
 
+def on_config(config):
+    """Search in both languages with lunr's English pipeline only.
+
+    Chinese text is cut into words at build time (Material's search runs jieba and joins the words with zero-width
+    spaces, a separator in mkdocs.yml). The i18n plugin also adds lunr's "zh" language, whose browser side needs a
+    jieba of its own and finds nothing without it; on_post_build takes it out of the index again.
+    """
+    try:
+        import logging
+
+        import jieba
+    except ImportError:
+        return config
+    jieba.setLogLevel(logging.WARNING)  # no start-up lines on every build
+    return config
+
+
+@event_priority(-110)  # after mkdocs-static-i18n has chosen each language's files (its priority is -100)
 def on_files(files, config):
-    """Add the concordance page, generated from minirl's docstrings and config (minirl/book/concordance.py)."""
+    """Add the generated pages: the concordance (minirl/book/concordance.py) and the chapters' central figures;
+    pair the Chinese pages with their English notebooks (minirl/book/zh.py)."""
     from mkdocs.structure.files import File
 
-    from minirl.book import concordance
+    from minirl.book import concordance, zh
 
-    files.append(File.generated(config, "concordance.md", content=concordance.build()))
+    language = zh.current_language(config)
+    page = File.generated(config, "concordance.md", content=concordance.build())
+    if language != "en":
+        page.dest_uri = f"{language}/{page.dest_uri}"
+    files.append(page)
+    for src_uri, image in zh.central_figures(config).items():
+        files.append(File.generated(config, src_uri, content=image))  # one file, shown by both languages
+    if "i18n" in config.plugins:
+        files = zh.rewrap_notebooks(files, config)
+        zh.pair_pages(files, config)
     return files
+
+
+def on_page_markdown(markdown: str, page, config, files) -> str:
+    """In the Chinese site, a link to `X.ipynb` goes to the English notebook page (minirl/book/zh.py)."""
+    from minirl.book import zh
+
+    if zh.current_language(config) == zh.LANGUAGE:
+        return zh.english_notebook_links(markdown, page.url)
+    return markdown
 
 
 NO_ALT = 'alt="No description has been provided for this image"'
@@ -93,13 +132,45 @@ def on_post_page(output: str, page, config) -> str:
     output = describe_plots(output, page.title or "the book")
     if page.file.src_uri.endswith(".ipynb"):
         output = link_pages(output)
+    output = drop_alternate_links(note_fallback(output, page, config))
     prefix = "../" * page.url.count("/")  # "" -> 0, "00_tensors/" -> 1
     script = f'<script defer src="{prefix}{MATHJAX_DIR}/tex-svg.js"></script>\n'
     return output.replace("</head>", MATHJAX_CONFIG + script + "</head>", 1)
 
 
+ARTICLE = '<article class="md-content__inner md-typeset">'
+ALTERNATE_LINK = re.compile(r'<link rel="alternate" href="[^"]*" hreflang="[^"]*">\s*')
+
+
+def drop_alternate_links(output: str) -> str:
+    """Remove the <link rel="alternate" hreflang> tags from the head (the header's language menu stays).
+
+    Material's script fetches `sitemap.xml` next to each such link, assuming it names a language's root; the i18n
+    plugin points them at the same page in the other language, so every page would log two 404s.
+    """
+    return ALTERNATE_LINK.sub("", output)
+
+
+def note_fallback(output: str, page, config) -> str:
+    """In the Chinese site, say at the top of an English page that it has no Chinese version yet."""
+    from minirl.book import zh
+
+    if zh.current_language(config) != zh.LANGUAGE or getattr(page.file, "locale", "en") == zh.LANGUAGE:
+        return output
+    home = "../" * (page.url.count("/") - 1)  # from zh/<page>/ to zh/
+    return output.replace(ARTICLE, ARTICLE + zh.FALLBACK_NOTE.format(home=home or "./"), 1)
+
+
+@event_priority(-110)  # after the i18n plugin has written the search index of both languages
 def on_post_build(config) -> None:
-    """Copy MathJax's browser files into the built site."""
+    """Copy MathJax's browser files into the built site; search with lunr's English pipeline (see on_config)."""
+    import json
+
+    index_path = Path(config["site_dir"]) / "search" / "search_index.json"
+    if index_path.exists():
+        index = json.loads(index_path.read_text())
+        index["config"]["lang"] = [lang for lang in index["config"].get("lang", ["en"]) if lang != "zh"] or ["en"]
+        index_path.write_text(json.dumps(index, ensure_ascii=False))
     if not (MATHJAX_SOURCE / "tex-svg.js").exists():
         raise FileNotFoundError(
             f"MathJax is not installed in {MATHJAX_SOURCE.parent}. Run `make install` (it runs "

@@ -43,7 +43,8 @@ MOVED = {
     "verl/workers/actor/dp_actor.py::DataParallelPPOActor.update_policy":
         "verl/workers/engine_workers.py::TrainingWorker.train_mini_batch",
 }
-MOVED_WORDS = re.compile(r"\b(moved|renamed|removed|replaced|merged|formerly|no longer)\b", re.IGNORECASE)
+MOVED_WORDS = re.compile(r"\b(moved|renamed|removed|replaced|merged|formerly|no longer)\b"
+                         r"|移到|移至|删除|改名|更名|合并|不再", re.IGNORECASE)  # the Chinese pages say it so
 
 # Not citations: the contributors' guide shows the form a docstring citation takes.
 PLACEHOLDERS = ("verl/path.py::function",)
@@ -229,10 +230,13 @@ def units() -> list[tuple[str, str]]:
     return out
 
 
+SENTENCE_ENDS = (". ", ".\n", "\n\n", "|", '"""', "? ", "。", "？")  # English and Chinese
+
+
 def sentence_at(text: str, start: int, end: int) -> str:
     """The sentence (or table cell) around text[start:end]."""
-    left = max(text.rfind(sep, 0, start) for sep in (". ", ".\n", "\n\n", "|", '"""', "? "))
-    right = [i for i in (text.find(sep, end) for sep in (". ", ".\n", "\n\n", "|", '"""', "? ")) if i >= 0]
+    left = max(text.rfind(sep, 0, start) for sep in SENTENCE_ENDS)
+    right = [i for i in (text.find(sep, end) for sep in SENTENCE_ENDS) if i >= 0]
     return " ".join(text[left + 1 : min(right, default=len(text))].split())
 
 
