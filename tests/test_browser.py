@@ -7,7 +7,8 @@ The reading map's display math and the site search ("clip_ratio" finds Chapter 4
 concordance and glossary tables. The Chinese edition (/zh/, minirl/book/zh.py): every page of its nav
 loads the same way; Chinese text is drawn with a CJK font (not as empty boxes), formulas typeset, the
 central figure loads, the language switch leads from a chapter to its Chinese page and back (search for a
-Chinese term does not work yet: that test is an expected failure). Screenshots are saved to runs/screenshots/ for a human to look at.
+Chinese term does not work yet: that test is an expected failure). Screenshots are saved to
+runs/screenshots/ for a human to look at.
 
 Playwright's Python package drives the system's `chromium` through `executable_path`: nothing is
 downloaded at run time. Without chromium the tests are skipped, unless MINIRL_REQUIRE_BROWSER=1 (set
@@ -216,8 +217,8 @@ def test_the_language_switch_keeps_the_reader_on_the_same_chapter(site_url, brow
     assert not page.errors, page.errors
 
 
-@pytest.mark.xfail(strict=True, reason="Chinese search finds nothing yet: the index holds jieba's words (joined by "
-                   "zero-width spaces), but Material's English lunr pipeline in the browser does not match them (issue 16)")
+@pytest.mark.xfail(strict=True, reason="Chinese search finds nothing yet: the index holds jieba's words (joined "
+                   "by zero-width spaces), but Material's English lunr pipeline in the browser does not match them")
 def test_chinese_reading_map_and_search(site_url, browser):
     page = open_page(browser, f"{site_url}/zh/")
     typeset(page)
