@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -265,7 +265,7 @@ for lam, var, bias, se in zip(LAMS, measured["variance"], measured["bias_rms"], 
 #   carries all the randomness of the rest of the response.
 # - **Bias falls with $\lambda$.** The root-mean-square bias is 0.415 at $\lambda = 0$, where the estimate
 #   is only as good as this weak critic, 0.118 at 0.95, and 0 at $\lambda = 1$ by definition. The noise
-#   floor of these estimates (0.02 to 0.035) is far below.
+#   floor of these estimates (0.035 at most) is far below.
 # - **Their sum, the mean squared error, is smallest at $\lambda = 0.95$** (0.038, against 0.047 at 0.9,
 #   0.080 at 1 and 0.17 at 0). With a better critic the bias shrinks and the best $\lambda$ moves down;
 #   with a worse one it moves up.
@@ -292,7 +292,7 @@ print(f"vf_loss {vf_loss.item():.4f}   vf_clipfrac {vf_clipfrac.item():.3f}")
 # Token 1's prediction moved from 0.2 to 0.9, more than 0.5: the clipped value is 0.7, whose error
 # $(0.7 - 1)^2 = 0.09$ is larger than the unclipped $(0.9 - 1)^2 = 0.01$, so the loss keeps 0.09 and
 # that token's gradient is 0. With the other two errors, $0.64$ and $0.16$:
-# $	frac12 \cdot (0.64 + 0.09 + 0.16) / 3 = 0.148$, and `critic/vf_clipfrac` $= 1/3$.
+# $\tfrac12 \cdot (0.64 + 0.09 + 0.16) / 3 = 0.148$, and `critic/vf_clipfrac` $= 1/3$.
 #
 # %% [markdown]
 # ## 5. The experiment: what lambda, gamma and the critic warm-up do to learning

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -251,7 +251,7 @@ for name, seed_runs in runs.items():
 #   timings move by a few hundredths of a second between runs).
 # - **Decoupled IS and RS do not recover it here.** Token TIS (0.345-0.45), sequence TIS (0.215-0.555)
 #   and token RS (0.385-0.455) all overlap the uncorrected run. Their cost is small (token TIS keeps an
-#   effective sample size of 0.97, sequence TIS 0.72, token RS drops 2.6% of the tokens), and so is
+#   effective sample size of 0.98, sequence TIS 0.72, token RS drops 2.6% of the tokens), and so is
 #   their effect: they reweight or drop samples, but PPO's clip still measures the distance from the
 #   current weights, so the policy keeps drifting away from the data. They are made for small, steady
 #   gaps such as precision (a probability gap near 0.0003), not for a policy 7 updates old.

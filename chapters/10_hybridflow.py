@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -199,9 +199,9 @@ plt.show()
 #   float32 rounding of a number near 0: two ranks sum their gradients in another order).
 #   `tests/test_ray_workers.py` asserts this on every test run, and that a Ray run resumes from its
 #   checkpoint.
-# - **Start-up is the price you see first:** about 15-35 s, to start one process per rank and role
+# - **Start-up is the price you see first:** about 12-23 s, to start one process per rank and role
 #   (each imports torch and loads its model), against a fraction of a second in one process.
-# - **Per step, Ray costs a little:** a step takes about 0.3-0.4 s in all three layouts, and the numbers
+# - **Per step, Ray costs a little:** a step takes about 0.25-0.3 s in all three layouts, and the numbers
 #   move between runs by about as much as they differ between layouts (one CPU core per process, on a
 #   shared machine). The separate-rollout run has two ranks per group, so its model work is split in
 #   two, which hides its extra calls. The bar chart shows the same stages in every layout; the weight
@@ -257,8 +257,8 @@ print(f"\nOne weight sync moves the actor's whole state dict: "
 #   during its own stages and waits the rest of the step. With one GPU pool per role, that waiting is
 #   idle hardware; it is why verl colocates the roles on the same GPUs (the hybrid engine) and why its
 #   asynchronous trainers overlap generation with training.
-# - **Moving the data costs about 5-10 ms per call** (the light part of each bar: serialising the
-#   batch, the object store, collecting), about 0.04-0.05 s per step for the 7 calls of the colocated
+# - **Moving the data costs about 3-10 ms per call** (the light part of each bar: serialising the
+#   batch, the object store, collecting), about 0.035 s per step for the 7 calls of the colocated
 #   run, some 10-15% of a step of this tiny model. With a real model the compute grows by orders of
 #   magnitude and the batch only with the number of tokens, so the share falls.
 # - **The weight sync is one more stage.** With a separate engine the driver reads the actor's state dict

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -133,9 +133,10 @@ for name, response in broken.items():
 #
 # - **Strict is strict about the format, not about arithmetic.** `####72` and "The answer is 72." score 0,
 #   however right they are. This is on purpose: the policy must learn the format, and a rule that only
-#   reads a fixed format is hard to fool. Flexible mode accepts them, and accepts *any* last number, so a
-#   response that lists numbers can hit the answer by chance (Lab B and [Chapter 8](08_r1.ipynb) show
-#   policies exploiting lenient rules).
+#   reads a fixed format is hard to fool. Flexible mode accepts `####72`, and takes the *last* number it
+#   finds, so a response that lists numbers can hit the answer by chance (Lab B and [Chapter 8](08_r1.ipynb) show
+#   policies exploiting lenient rules). It still scores "The answer is 72." 0: its pattern takes the full stop
+#   into the number, and "72." is not "72".
 # - **Strings, not numbers.** `#### 18.0` is not `18`. Exercise A.2 writes the numeric version.
 # - **A dollar sign right after `#### ` is not a number,** so `#### $18` has no strict answer at all (the
 #   regex wants a digit, `-`, `.` or `,` after the space). verl's code also deletes dollar signs from the

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -45,7 +45,7 @@ print("\nresolved by minirl: adv_estimator", script.algorithm.adv_estimator,
 # %% [markdown]
 # ## 1. Every key of the script
 #
-# The script launches `python3 -m verl.trainer.main_ppo` with the 39 overrides above (read from verl's
+# The script launches `python3 -m verl.trainer.main_ppo` with the 40 overrides above (read from verl's
 # `v0.9.0` tag with its default variables; `tests/data/verl_scripts/README.md` says how). minirl reads the
 # same lines: `python -m minirl config` accepts all of them, and lists the ones that only concern verl's
 # distributed machinery as "accepted, no effect". Here is every key. "verl default" is the value in verl

@@ -33,6 +33,16 @@ def test_text_source_and_notebook_are_in_sync(notebook):
     assert executed.metadata.get("jupytext", {}).get("formats") == "ipynb,py:percent"
 
 
+@pytest.mark.parametrize("page", NOTEBOOKS + sorted(CHAPTERS.glob("*.md")), ids=lambda p: p.name)
+def test_no_control_characters_in_the_text(page):
+    """A tab or other control character in prose is almost always a TeX command written through a Python string
+    ("\tfrac" with "\t" read as a tab): it shows as "frac" on the page."""
+    text = "\n".join(source for kind, source in cells(nbformat.read(page, as_version=4)) if kind == "markdown") \
+        if page.suffix == ".ipynb" else page.read_text()
+    bad = sorted({repr(ch) for ch in text if ord(ch) < 32 and ch != "\n"})
+    assert not bad, f"{page.name}: control characters {bad} in the text (a backslash lost: write \\t, not a tab)"
+
+
 # The library functions whose code answers a chapter's exercises: a chapter shows them only after its
 # exercises, collapsed (README, "The chapter skeleton").
 ANSWERS = {

@@ -44,7 +44,7 @@ def on_config(config):
 
     Chinese text is cut into words at build time (Material's search runs jieba and joins the words with zero-width
     spaces, a separator in mkdocs.yml). The i18n plugin also adds lunr's "zh" language, whose browser side needs a
-    jieba of its own and finds nothing without it; on_post_build takes it out of the index again.
+    jieba of its own and finds nothing without it; on_post_build takes it out again (zh.split_search_index).
     """
     try:
         import logging
@@ -133,6 +133,10 @@ def on_post_page(output: str, page, config) -> str:
     if page.file.src_uri.endswith(".ipynb"):
         output = link_pages(output)
     output = drop_alternate_links(note_fallback(output, page, config))
+    if page.url.startswith("zh/"):
+        from minirl.book import zh
+
+        output = zh.search_root(output, page.url)  # the Chinese site searches its own index
     prefix = "../" * page.url.count("/")  # "" -> 0, "00_tensors/" -> 1
     script = f'<script defer src="{prefix}{MATHJAX_DIR}/tex-svg.js"></script>\n'
     return output.replace("</head>", MATHJAX_CONFIG + script + "</head>", 1)
@@ -163,14 +167,11 @@ def note_fallback(output: str, page, config) -> str:
 
 @event_priority(-110)  # after the i18n plugin has written the search index of both languages
 def on_post_build(config) -> None:
-    """Copy MathJax's browser files into the built site; search with lunr's English pipeline (see on_config)."""
-    import json
+    """Copy MathJax's browser files into the built site; one search index per language (minirl/book/zh.py)."""
+    from minirl.book import zh
 
-    index_path = Path(config["site_dir"]) / "search" / "search_index.json"
-    if index_path.exists():
-        index = json.loads(index_path.read_text())
-        index["config"]["lang"] = [lang for lang in index["config"].get("lang", ["en"]) if lang != "zh"] or ["en"]
-        index_path.write_text(json.dumps(index, ensure_ascii=False))
+    if (Path(config["site_dir"]) / "search" / "search_index.json").exists() and "i18n" in config.plugins:
+        zh.split_search_index(config["site_dir"])
     if not (MATHJAX_SOURCE / "tex-svg.js").exists():
         raise FileNotFoundError(
             f"MathJax is not installed in {MATHJAX_SOURCE.parent}. Run `make install` (it runs "

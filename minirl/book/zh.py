@@ -16,6 +16,7 @@ minirl/book/mkdocs_hooks.py does the rest with the helpers here:
 3. `english_notebook_links`: in the Chinese site, a link to `01_ppo.ipynb` goes to the English notebook page
    (where the code runs); a link to `01_ppo.zh.md` goes to the Chinese page.
 4. `FALLBACK_NOTE`: a page with no Chinese version is shown in English in the Chinese site, with this note.
+5. `split_search_index` and `search_root`: each language searches its own pages (the plugin writes one index).
 
 `coverage()` is the table of which English page has its Chinese page (tests/test_zh.py checks it).
 """
@@ -34,21 +35,6 @@ FIGURES_DIR = "figures"
 
 PENDING: dict[str, str] = {
     "concordance.md": "generated from minirl's docstrings at build time; English only",
-    "00_tensors.ipynb": "not translated yet",
-    "02_gae.ipynb": "not translated yet",
-    "03_rlhf.ipynb": "not translated yet",
-    "04_grpo.ipynb": "not translated yet",
-    "05_dapo.ipynb": "not translated yet",
-    "06_dpo.ipynb": "not translated yet",
-    "07_baselines.ipynb": "not translated yet",
-    "08_r1.ipynb": "not translated yet",
-    "09_rollout_corr.ipynb": "not translated yet",
-    "10_hybridflow.ipynb": "not translated yet",
-    "lab_a_gsm8k.ipynb": "not translated yet",
-    "lab_b_rewards.ipynb": "not translated yet",
-    "lab_c_metrics.ipynb": "not translated yet",
-    "lab_d_grpo_config.ipynb": "not translated yet",
-    "glossary.md": "not translated yet",
 }
 """English pages that have no Chinese page yet, each with the reason (the coverage check allows these)."""
 
@@ -202,3 +188,47 @@ def english_notebook_links(markdown: str, page_url: str) -> str:
     prefix = "../" * page_url.count("/")  # "zh/01_ppo/" -> "../../", "zh/" -> "../"
     markdown = CHINESE_LINK.sub(pending, markdown)
     return NOTEBOOK_LINK.sub(lambda m: f"]({prefix}{m.group(1)}/{m.group(2) or ''})", markdown)
+
+
+# ----------------------------------------------------------------------------------------------
+# Search: one index per language
+# ----------------------------------------------------------------------------------------------
+
+CONFIG_BASE = re.compile(r'(<script id="__config" type="application/json">\{.*?"base": ")([^"]*)(")')
+
+
+def search_root(output: str, page_url: str) -> str:
+    """Point a Chinese page's Material config at the Chinese site's root (`zh/`) instead of the site's root.
+
+    Material loads its search index from `<base>/search/search_index.json` and resolves each hit against `base`,
+    so a page of the Chinese site then searches `zh/search/search_index.json` (written by `split_search_index`).
+    `page_url` is the page's URL in the site: "zh/01_ppo/" -> base "..", "zh/" -> ".".
+    """
+    depth = page_url.count("/") - 1
+    return CONFIG_BASE.sub(lambda m: m.group(1) + ("/".join([".."] * depth) or ".") + m.group(3), output, count=1)
+
+
+def split_search_index(site_dir: str | Path) -> dict[str, int] | None:
+    """Split the search index that mkdocs-static-i18n writes for both languages into one per language.
+
+    `search/search_index.json` keeps the English pages; `zh/search/search_index.json` gets the pages of the
+    Chinese site (its Chinese pages and the English pages it shows with a note), with locations relative to `zh/`.
+    lunr's "zh" language, which the plugin adds, needs a segmenter of its own in the browser and finds nothing
+    without it; the Chinese text was already cut into words by jieba at build time, so both indexes use the
+    English pipeline. Returns the number of entries per language, or None if the index holds no Chinese page
+    (already split: the hook runs after each language's build).
+    """
+    index_path = Path(site_dir) / "search" / "search_index.json"
+    index = json.loads(index_path.read_text())
+    if not any(doc["location"].startswith(f"{LANGUAGE}/") for doc in index["docs"]):
+        return None
+    index["config"]["lang"] = [lang for lang in index["config"].get("lang", ["en"]) if lang != LANGUAGE] or ["en"]
+    prefix = f"{LANGUAGE}/"
+    english = [doc for doc in index["docs"] if not doc["location"].startswith(prefix)]
+    chinese = [{**doc, "location": doc["location"].removeprefix(prefix)} for doc in index["docs"]
+               if doc["location"].startswith(prefix)]
+    index_path.write_text(json.dumps({**index, "docs": english}, ensure_ascii=False))
+    chinese_path = Path(site_dir) / LANGUAGE / "search" / "search_index.json"
+    chinese_path.parent.mkdir(parents=True, exist_ok=True)
+    chinese_path.write_text(json.dumps({**index, "docs": chinese}, ensure_ascii=False))
+    return {"en": len(english), LANGUAGE: len(chinese)}
