@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -345,7 +345,7 @@ plt.show()
 #
 # | # | function | what it checks |
 # |---|---|---|
-# | 0.1 | `masked_mean` | the toy above, per-row means, NaN in padding, empty rows |
+# | 0.1 | `masked_mean` | a toy like the one above, per-row means, NaN in padding, empty rows |
 # | 0.2 | `masked_whiten` | batch-wide, unbiased statistics; padding not re-masked |
 # | 0.3 | `logprobs_from_logits` | equals log-softmax; finite for logits ×100 |
 # | 0.4 | `get_response_mask` | keeps the first EOS even when `pad == eos` |

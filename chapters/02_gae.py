@@ -405,7 +405,7 @@ print(compare_table(learning, VAL))
 # $r_t$ is non-zero only on the last token, so every other token is judged by the critic alone. A fresh
 # critic's values are noise, so the advantages are noise, and after whitening that noise has unit
 # variance: the actor takes full-size steps in random directions. In section 5 this run fell from
-# 0.37 to 0.30 in 15 steps while the others rose to 0.58. `critic/vf_explained_var` stays negative
+# 0.37 to 0.30 in 15 steps while the best runs rose to about 0.58. `critic/vf_explained_var` stays negative
 # (the critic is worse than the mean), and the training reward `critic/score/mean` falls. Use
 # $\lambda$ close to 1 until the critic is good, or warm the critic up first (`trainer.critic_warmup`).
 # </details>

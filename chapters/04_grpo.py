@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -220,7 +220,8 @@ print(compare_table(results, VAL))
 #   10 steps) is near 0.53. On this task, more prompts with small groups use the same compute at least as
 #   well as fewer prompts with large groups. Which wins depends on how hard the prompts are: a group
 #   needs a spread of rewards to teach anything.
-# - **Zero-spread groups rise as the model improves**: more prompts become "always solved". That is the
+# - **Zero-spread groups rise as the model improves** (for $n = 4$ and $n = 8$; at $n = 2$ they stay near
+#   0.6-0.7): more prompts become "always solved". That is the
 #   waste DAPO's dynamic sampling targets.
 # - **Dr.GRPO** ends within the seed spread of GRPO with the same group size (0.667 vs 0.683, ranges
 #   overlap): here, dropping the division by the group std changes nothing we can measure. Its

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -169,7 +169,8 @@ for seed, history in main.items():
 #
 # - **DPO raises the gold reward**, from the SFT model's 0.505 to 0.715-0.730 at each seed's best
 #   evaluation, with no reward model and no sampling during training.
-# - **Likelihood displacement** (Razin et al., 2024). The margin grows all along (to 0.17-0.20), yet
+# - **Likelihood displacement** (Razin et al., 2024). The training margin grows all along (the held-out one
+#   ends at 0.17-0.20), yet
 #   *both* held-out log-probs fall from the first evaluation on: the chosen answers go from -2.13 under the SFT
 #   model to about -4.2 to -4.6, the rejected ones from -2.81 to about -6.6 to -7.2. DPO only constrains
 #   the difference; the probability went to answers that were in no pair. Here that is partly what we

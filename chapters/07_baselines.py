@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -260,9 +260,9 @@ for name, mean in first.items():
 # For `adv_estimator=remax`, verl's `fit()` sends each prompt once more with sampling off, in the same
 # generation request as the `rollout.n` sampled copies, scores the greedy answer with the same reward
 # function, and stores the score as `reward_baselines` (one per prompt, repeated to the prompt's rows).
-# `compute_advantage` passes it to the estimator because the batch has it. minirl does the same in
-# `PPOTrainer._generate_and_score`, inside the `gen` timer, so the extra rollout shows up in
-# `timing_s/gen`.
+# `compute_advantage` passes it to the estimator because the batch has it. minirl generates the greedy
+# answers in a second, smaller call in `PPOTrainer._generate_and_score`, inside the `gen` timer, so the extra
+# rollout shows up in `timing_s/gen`.
 #
 # A small batch, by hand: two prompts, $n = 2$; the greedy answers scored 1 and 0.
 

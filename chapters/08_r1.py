@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -22,7 +22,7 @@
 # | **Core formula** | A rule reward, no reward model: $r(x, y) = \mathbb{1}[\text{verifier}(y) = \text{answer}(x)] + w\cdot\mathbb{1}[y \text{ has the } \texttt{<think>} \text{ format}]$, optimised with GRPO ([Chapter 4](04_grpo.ipynb)). Sampling quality is reported as pass@k $= 1 - \binom{n-c}{k}\big/\binom{n}{k}$. |
 # | **Beginner's view** | The teacher grades only the final answer. Nobody tells the student to show their work. If showing the work makes the answer right more often, the student who happens to do it gets better grades, and slowly always does it. But the teacher's answer checker is now the whole curriculum: if it can be fooled, the student learns to fool it. |
 # | **verl source** | The rule scorers in `verl/utils/reward_score/` (`gsm8k.py::compute_score`, `math_reward.py::compute_score`, `math_dapo.py::compute_score`, `math_verify.py::compute_score`), chosen by `data_source` in `verl/utils/reward_score/__init__.py::default_compute_score`; your own through `reward.custom_reward_function.path`; data in verl's schema from `examples/data_preprocess/gsm8k.py` and `examples/data_preprocess/math_dataset.py`; GRPO in `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; the minimal RLVR run `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`. |
-# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) and [Lab B · Writing reward functions](lab_b_rewards.ipynb) for the data, the verifier and your own reward; [Chapter 4 · GRPO](04_grpo.ipynb) for the optimiser. [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for the recipe details that keep long-reasoning RL stable. Back to [the reading map](index.md). |
+# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) and [Lab B · Writing reward functions](lab_b_rewards.ipynb) for the data, the verifier and your own reward; [Chapter 4 · GRPO](04_grpo.ipynb) for the optimiser; [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for the recipe details that keep long-reasoning RL stable. Back to [the reading map](index.md). |
 #
 # Run time: about 5 minutes on 2 CPU cores (12 training runs of 20-40 steps, two at a time, and a
 # cold-start SFT). With `MINIRL_FAST=1` everything shrinks to a few steps.

@@ -131,12 +131,12 @@ for name, response in broken.items():
 # %% [markdown]
 # What the table teaches:
 #
-# - **Strict is strict about the format, not about arithmetic.** `####72` and "The answer is 72." score 0,
+# - **Strict is strict about the format, not about arithmetic.** `####18` and "The answer is 18." score 0,
 #   however right they are. This is on purpose: the policy must learn the format, and a rule that only
-#   reads a fixed format is hard to fool. Flexible mode accepts `####72`, and takes the *last* number it
+#   reads a fixed format is hard to fool. Flexible mode accepts `####18`, and takes the *last* number it
 #   finds, so a response that lists numbers can hit the answer by chance (Lab B and [Chapter 8](08_r1.ipynb) show
-#   policies exploiting lenient rules). It still scores "The answer is 72." 0: its pattern takes the full stop
-#   into the number, and "72." is not "72".
+#   policies exploiting lenient rules). It still scores "The answer is 18." 0: its pattern takes the full stop
+#   into the number, and "18." is not "18".
 # - **Strings, not numbers.** `#### 18.0` is not `18`. Exercise A.2 writes the numeric version.
 # - **A dollar sign right after `#### ` is not a number,** so `#### $18` has no strict answer at all (the
 #   regex wants a digit, `-`, `.` or `,` after the space). verl's code also deletes dollar signs from the
@@ -157,7 +157,7 @@ for name, response in broken.items():
 # imitated noisy demonstrations (40% of them wrong by 1 to 3).
 
 # %%
-WARM = sft.default_warm_start(sft.WORD_SFT)  # built once and cached (about 3 minutes on 2 cores)
+WARM = sft.default_warm_start(sft.WORD_SFT)  # built once and cached (about 5 minutes on 2 cores)
 warm_info = json.loads((WARM / "warm_start.json").read_text())
 word_rows = data.read_parquet(WARM / "data" / "test.parquet").to_list()
 for row in word_rows[:4]:

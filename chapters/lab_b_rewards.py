@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -222,7 +222,8 @@ print(compare_table(results, "response_length/mean"))
 # (16.30-16.47 with the bonus, 16.28-16.47 without), `response_length/clip_ratio` stayed 0, and the curves of
 # strict accuracy lie on top of each other. Validation accuracy rose from 0.43 to 0.638 (0.605-0.680) with the
 # bonus and 0.653 (0.625-0.690) without: within noise. A stronger bonus (0.1 per character, at most 3.0; one
-# seed, not shown) ended at the same validation accuracy, 0.68, and the same length.
+# seed, not shown) ended at a validation accuracy of 0.68, within the
+# seed ranges above, and at the same length.
 #
 # Why: GRPO's advantage is the reward minus **the mean of the group** (divided by its std). For the $G$
 # responses to one prompt, with rewards $r_i$ and bonuses $b_i$,

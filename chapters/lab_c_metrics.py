@@ -21,7 +21,7 @@
 # | **What you will do** | Read every metric minirl logs, in verl's groups, each with the code that computes it and its healthy range on the tiny task. Then break a run nine ways, one cause at a time, and learn each signature next to a healthy run. Finally write a function that names the cause of runs whose cause is hidden. |
 # | **What you need** | [Chapter 1 · PPO](01_ppo.ipynb) (ratio and clip), [Chapter 4 · GRPO](04_grpo.ipynb) (group advantages); [Lab A](lab_a_gsm8k.ipynb) for what one training step does. |
 # | **verl pages this lab follows** | `docs/faq/faq.rst`, `docs/algo/rollout_corr.md` (their thresholds) and the metric list in `docs/ascend_tutorial/dev_guide/model_dev/parameter_and_metrics.md` (tag v0.9.0); the code of verl 0.9.1: `verl/trainer/ppo/metric_utils.py`, `verl/workers/utils/losses.py`, `verl/trainer/ppo/ray_trainer.py`. Section 6 lists where the pages are out of date. |
-# | **Run time** | About 4 minutes on 2 CPU cores (two reference runs, eleven gallery runs of 20 steps, two at a time, and one small SFT). With `MINIRL_FAST=1`, about 30 seconds. |
+# | **Run time** | About 4 minutes on 2 CPU cores (two reference runs, ten broken or comparison runs of 20 steps, two at a time, and one small SFT). With `MINIRL_FAST=1`, about 30 seconds. |
 #
 # A run that does not learn rarely crashes. It prints numbers. This lab teaches you to read them.
 

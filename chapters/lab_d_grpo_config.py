@@ -258,7 +258,7 @@ for label in list(VARIANTS)[1:]:  # each variant against the baseline only
 # - **`rollout.n` is the only key here that changes the result beyond the seed spread, and which way depends
 #   on the axis.** Per step, $G = 8$ ends at 0.653 (0.625-0.690) and $G = 2$ at 0.573 (0.565-0.580): eight
 #   answers per prompt give a better group baseline and more signal per step. Per token generated (the middle
-#   panel) it is the other way round: $G = 2$ reaches 0.57 after about 50k tokens, where $G = 8$ is near 0.53.
+#   panel) it is the other way round: $G = 2$ reaches 0.57 after about 50k tokens; $G = 8$ is at 0.53 after 65k.
 #   A larger group buys a better estimate with more generation, which on GPUs is most of a step's time.
 # - **More optimizer steps per training step** (mini-batch of 4 prompts, 8 updates a step) learn fastest early
 #   (0.59 against 0.53 at step 10) and end within noise (0.668, 0.640-0.685); their entropy falls fastest (right

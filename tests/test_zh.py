@@ -125,3 +125,28 @@ def test_the_glossary_has_a_chinese_term_everywhere_and_the_chinese_glossary_agr
         pytest.skip("the Chinese glossary page is pending (minirl/book/zh.py::PENDING)")
     chinese = {row[1]: row[0] for row in rows((CHAPTERS / "glossary.zh.md").read_text())}
     assert chinese == english  # the same terms, with the same Chinese names
+
+
+def test_each_language_gets_its_own_search_index(tmp_path):
+    docs = [{"location": "", "title": "The reading map", "text": "advantage"},
+            {"location": "01_ppo/#the-problem", "title": "PPO", "text": "clip"},
+            {"location": "zh/", "title": "阅读地图", "text": "\u200b优势\u200b"},
+            {"location": "zh/01_ppo/#_1", "title": "PPO", "text": "\u200b裁剪\u200b"}]
+    (tmp_path / "search").mkdir()
+    index = {"config": {"lang": ["en", "zh"], "separator": "[\\s\\u200b\\-]+"}, "docs": docs}
+    (tmp_path / "search" / "search_index.json").write_text(json.dumps(index))
+    assert zh.split_search_index(tmp_path) == {"en": 2, "zh": 2}
+    english = json.loads((tmp_path / "search" / "search_index.json").read_text())
+    chinese = json.loads((tmp_path / "zh" / "search" / "search_index.json").read_text())
+    assert [d["location"] for d in english["docs"]] == ["", "01_ppo/#the-problem"]
+    assert [d["location"] for d in chinese["docs"]] == ["", "01_ppo/#_1"]  # relative to zh/, the Chinese base
+    assert english["config"]["lang"] == chinese["config"]["lang"] == ["en"]  # lunr's zh needs a browser jieba
+    assert zh.split_search_index(tmp_path) is None  # the hook runs after each language's build: split once
+    assert json.loads((tmp_path / "zh" / "search" / "search_index.json").read_text()) == chinese
+
+
+@pytest.mark.parametrize("url, base", [("zh/", "."), ("zh/01_ppo/", ".."), ("zh/glossary/", "..")])
+def test_a_chinese_page_searches_from_the_chinese_root(url, base):
+    head = '<script id="__config" type="application/json">{"annotate": null, "base": "%s", "search": "x"}</script>'
+    depth_to_site_root = "/".join([".."] * url.count("/"))
+    assert zh.search_root(head % depth_to_site_root, url) == head % base
