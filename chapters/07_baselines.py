@@ -51,8 +51,8 @@ VAL = "val-core/minirl/arithmetic/acc/mean@1"
 
 def run(name, *overrides, steps):
     # One seeded run of minirl's trainer (verl's fit loop) from the cached SFT warm start.
-    fast = ["data.val_max_samples=40"] if fast_mode() else ["data.val_max_samples=100"]
-    steps = 3 if fast_mode() else steps
+    fast = ["data.val_max_samples=24"] if fast_mode() else ["data.val_max_samples=100"]
+    steps = 2 if fast_mode() else steps
     train([f"trainer.default_local_dir={RUNS / name}", f"trainer.total_training_steps={steps}",
            f"trainer.test_freq={min(5, steps)}", "trainer.resume_mode=disable", "trainer.logger=[]",
            *fast, *overrides], show_progress=False)
