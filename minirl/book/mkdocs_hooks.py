@@ -133,10 +133,7 @@ def on_post_page(output: str, page, config) -> str:
     if page.file.src_uri.endswith(".ipynb"):
         output = link_pages(output)
     output = drop_alternate_links(note_fallback(output, page, config))
-    if page.url.startswith("zh/"):
-        from minirl.book import zh
-
-        output = zh.search_root(output, page.url)  # the Chinese site searches its own index
+    output = search_root(output, page, config)
     prefix = "../" * page.url.count("/")  # "" -> 0, "00_tensors/" -> 1
     script = f'<script defer src="{prefix}{MATHJAX_DIR}/tex-svg.js"></script>\n'
     return output.replace("</head>", MATHJAX_CONFIG + script + "</head>", 1)
@@ -153,6 +150,13 @@ def drop_alternate_links(output: str) -> str:
     plugin points them at the same page in the other language, so every page would log two 404s.
     """
     return ALTERNATE_LINK.sub("", output)
+
+
+def search_root(output: str, page, config) -> str:
+    """In the Chinese site, search the Chinese index (minirl/book/zh.py::search_root)."""
+    from minirl.book import zh
+
+    return zh.search_root(output, page.url) if zh.current_language(config) == zh.LANGUAGE else output
 
 
 def note_fallback(output: str, page, config) -> str:

@@ -220,13 +220,13 @@ def split_search_index(site_dir: str | Path) -> dict[str, int] | None:
     """
     index_path = Path(site_dir) / "search" / "search_index.json"
     index = json.loads(index_path.read_text())
-    if not any(doc["location"].startswith(f"{LANGUAGE}/") for doc in index["docs"]):
-        return None
-    index["config"]["lang"] = [lang for lang in index["config"].get("lang", ["en"]) if lang != LANGUAGE] or ["en"]
     prefix = f"{LANGUAGE}/"
     english = [doc for doc in index["docs"] if not doc["location"].startswith(prefix)]
     chinese = [{**doc, "location": doc["location"].removeprefix(prefix)} for doc in index["docs"]
                if doc["location"].startswith(prefix)]
+    if not chinese:
+        return None
+    index["config"]["lang"] = [lang for lang in index["config"].get("lang", ["en"]) if lang != LANGUAGE] or ["en"]
     index_path.write_text(json.dumps({**index, "docs": english}, ensure_ascii=False))
     chinese_path = Path(site_dir) / LANGUAGE / "search" / "search_index.json"
     chinese_path.parent.mkdir(parents=True, exist_ok=True)
