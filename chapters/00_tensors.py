@@ -28,15 +28,18 @@
 # | **verl source** | `verl/utils/torch_functional.py`: `masked_mean`, `masked_whiten`, `logprobs_from_logits`, `entropy_from_logits`, `get_response_mask`; `verl/workers/reward_manager/naive.py::NaiveRewardManager.__call__` (reward on the last token). |
 # | **Where next** | [Chapter 1 · PPO](01_ppo.ipynb) builds its ratio and clipped loss from these tensors. Back to [the reading map](index.md). |
 #
-# Run time: a few seconds on a laptop CPU. The code shown on this page is read from `minirl/core.py`,
-# the library itself, so it cannot drift from what the book runs.
+# Run time: a few seconds on one CPU thread (the last cell prints this run's; the chapter trains nothing).
+# The code shown on this page is read from `minirl/core.py`, the library itself,
+# so it cannot drift from what the book runs.
 
 # %%
 import matplotlib.pyplot as plt
 import torch
 
 from minirl import core
-from minirl.book.notebook import show_source
+from minirl.book.notebook import print_run_time, show_source, where_this_ran
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 _ = torch.manual_seed(0)
 
@@ -407,3 +410,6 @@ for function in (core.masked_mean, core.masked_whiten, core.logprobs_from_logits
 #
 # References: verl's `verl/utils/torch_functional.py`; PyTorch's
 # [`torch.logsumexp`](https://pytorch.org/docs/stable/generated/torch.logsumexp.html).
+
+# %%
+print_run_time()

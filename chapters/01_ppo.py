@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -34,9 +34,19 @@ from pathlib import Path
 import torch
 
 from minirl import core, ppo
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_seeds, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_seeds,
+    show_source,
+    where_this_ran,
+)
 from minirl.plot import load_metrics
 from minirl.trainer import train
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch01"
 VAL = "val-core/minirl/arithmetic/acc/mean@1"
@@ -78,6 +88,14 @@ plot_comparison(problem, [(VAL, "greedy validation accuracy", "step"),
                           ("actor/ppo_kl", "actor/ppo_kl (old vs new policy)", "step"),
                           ("actor/pg_clipfrac", "actor/pg_clipfrac", "step")])
 print(compare_table(problem, VAL))
+for label, runs in problem.items():
+    starts = [[r[VAL] for r in records if VAL in r][0] for records in runs]
+    print(f"{label}: accuracy at step 0, mean {sum(starts) / len(starts):.3f} (seeds {min(starts):.3f} to "
+          f"{max(starts):.3f})")
+    for seed, records in enumerate(runs):
+        accuracy = ", ".join(f"step {r['step']}: {r[VAL]:.3f}" for r in records if VAL in r)
+        peak_kl = max(r["actor/ppo_kl"] for r in records if "actor/ppo_kl" in r)
+        print(f"  seed {seed}: validation accuracy {accuracy}; peak actor/ppo_kl {peak_kl:.3f}")
 
 # %% [markdown]
 # Without the clip, the reused batches push the policy further and further from the one that
@@ -177,6 +195,14 @@ plot_comparison(experiment, [(VAL, "greedy validation accuracy", "step"),
                              ("critic/score/mean", "training reward (critic/score/mean)", "step"),
                              ("actor/pg_clipfrac", "actor/pg_clipfrac", "step")])
 print(compare_table(experiment, VAL))
+for label, runs in experiment.items():
+    starts = [[r[VAL] for r in records if VAL in r][0] for records in runs]
+    clipfracs = [[r["actor/pg_clipfrac"] for r in records if "actor/pg_clipfrac" in r] for records in runs]
+    means = [sum(c) / len(c) for c in clipfracs]
+    peaks = [max(c) for c in clipfracs]
+    print(f"{label}: accuracy at step 0, mean {sum(starts) / len(starts):.3f} (seeds {min(starts):.3f} to "
+          f"{max(starts):.3f}); actor/pg_clipfrac over the run: mean {min(means):.4f} to {max(means):.4f}, "
+          f"peak {min(peaks):.4f} to {max(peaks):.4f} (range over seeds)")
 
 # %% [markdown]
 # Both learn: from 0.43 to 0.62 (1 epoch, seeds 0.60 to 0.64) and 0.66 (2 epochs, seeds 0.605 to
@@ -279,3 +305,6 @@ for function in (ppo.compute_policy_loss, core.agg_loss):
 # - [Chapter 4 · DeepSeekMath / GRPO](04_grpo.ipynb): the same clipped loss, with group baselines instead of a critic.
 # - References: Schulman et al., *Proximal Policy Optimization Algorithms* (2017); Ye et al., dual-clip
 #   PPO (2019); verl docs `docs/algo/ppo.md`.
+
+# %%
+print_run_time()

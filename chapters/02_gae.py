@@ -35,12 +35,22 @@ import matplotlib.pyplot as plt
 import torch
 
 from minirl import core, gae, models
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_seeds, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_seeds,
+    show_source,
+    where_this_ran,
+)
 from minirl.book.variance import gae_bias_variance, sample_responses
 from minirl.config import load_config
 from minirl.plot import load_metrics
 from minirl.ppo import compute_value_loss
 from minirl.trainer import PPOTrainer, train
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch02"
 VAL = "val-core/minirl/arithmetic/acc/mean@1"
@@ -158,6 +168,12 @@ ax.set(title="critic/vf_explained_var (one run, seed 0)", xlabel="step")
 ax.grid(alpha=0.3)
 plt.tight_layout()
 plt.show()
+explained = [(r["step"], r["critic/vf_explained_var"]) for r in history if "critic/vf_explained_var" in r]
+crossed = next((step for step, value in explained if value >= 0), None)
+print(f"critic/vf_explained_var at step {explained[0][0]}: {explained[0][1]:.3f}; first step at or above 0: {crossed}")
+after = [value for step, value in explained if crossed is not None and step > crossed]
+if after:
+    print(f"after step {crossed}: between {min(after):.3f} and {max(after):.3f}")
 
 # %% [markdown]
 # It starts at $-0.15$ (the fresh value head's guesses are off), reaches 0 within a few steps, and
@@ -256,6 +272,7 @@ plt.show()
 for lam, var, bias, se in zip(LAMS, measured["variance"], measured["bias_rms"], measured["bias_se_rms"]):
     print(f"lambda={lam:4}: variance {var:.4f}   RMS bias {bias:.3f} (noise floor {se:.3f})   "
           f"MSE {var + bias**2:.4f}")
+print(f"measured on {measured['anchors']} (state, token) pairs")
 
 # %% [markdown]
 # This is the trade-off of the GAE paper, measured on 183 (state, token) pairs:
@@ -287,6 +304,12 @@ new_values = torch.tensor([[0.2, 0.9, 0.4]])  # the critic during its update: to
 targets = torch.tensor([[1.0, 1.0, 0.0]])  # returns
 vf_loss, vf_clipfrac = compute_value_loss(new_values, targets, old_values, torch.ones(1, 3), cliprange_value=0.5)
 print(f"vf_loss {vf_loss.item():.4f}   vf_clipfrac {vf_clipfrac.item():.3f}")
+clipped_values = old_values + (new_values - old_values).clamp(-0.5, 0.5)
+unclipped_error, clipped_error = (new_values - targets) ** 2, (clipped_values - targets) ** 2
+print("clipped values", [round(v, 4) for v in clipped_values[0].tolist()])
+print("squared error per token: unclipped", [round(e, 4) for e in unclipped_error[0].tolist()],
+      " clipped", [round(e, 4) for e in clipped_error[0].tolist()],
+      " kept (the larger)", [round(e, 4) for e in torch.maximum(unclipped_error, clipped_error)[0].tolist()])
 
 # %% [markdown]
 # Token 1's prediction moved from 0.2 to 0.9, more than 0.5: the clipped value is 0.7, whose error
@@ -319,6 +342,22 @@ plot_comparison(learning, [(VAL, "greedy validation accuracy", "step"),
                            ("critic/score/mean", "training reward (critic/score/mean)", "step"),
                            ("critic/vf_explained_var", "critic/vf_explained_var", "step")])
 print(compare_table(learning, VAL))
+
+
+def mean_range(values):  # mean over seeds, and the seeds' range
+    return f"{sum(values) / len(values):.3f} (seeds {min(values):.3f} to {max(values):.3f})"
+
+
+for label, runs in learning.items():
+    print(f"{label}: validation accuracy, mean over seeds (range):")
+    for step in [r["step"] for r in runs[0] if VAL in r]:
+        print(f"  step {step}: {mean_range([[r[VAL] for r in records if r['step'] == step][0] for records in runs])}")
+    explained = [[r["critic/vf_explained_var"] for r in records if "critic/vf_explained_var" in r] for records in runs]
+    print(f"  critic/vf_explained_var: mean over steps {mean_range([sum(e) / len(e) for e in explained])}, "
+          f"peak {mean_range([max(e) for e in explained])}, last {mean_range([e[-1] for e in explained])}")
+    score = [[r["critic/score/mean"] for r in records if "critic/score/mean" in r] for records in runs]
+    print(f"  critic/score/mean: first step {mean_range([s[0] for s in score])}, "
+          f"last step {mean_range([s[-1] for s in score])}")
 
 # %% [markdown]
 # What the curves say (3 seeds, 15 steps; the table above is this run's):
@@ -431,3 +470,6 @@ for function in (gae.compute_gae_advantage_return, core.masked_whiten):
 # - [Chapter 4 · GRPO](04_grpo.ipynb): the group as the baseline.
 # - References: Schulman et al., *High-Dimensional Continuous Control Using Generalized Advantage
 #   Estimation* (2016); verl docs `docs/algo/ppo.md`.
+
+# %%
+print_run_time()

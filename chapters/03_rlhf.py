@@ -36,10 +36,21 @@ import numpy as np
 import torch
 
 from minirl import data, kl, models, preference, reward_model
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_seeds, seeds, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_seeds,
+    seeds,
+    show_source,
+    where_this_ran,
+)
 from minirl.evaluate import measure_policy
 from minirl.plot import load_metrics
 from minirl.trainer import train
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch03"
 TASK = preference.default_preference_task()  # built once (about 2 minutes), then cached like the warm start
@@ -132,6 +143,8 @@ rm_summary = reward_model.train_reward_model(rm_config)
 print(f"trained on {rm_summary['train_pairs']} pairs in {rm_summary['seconds']} s; held-out pairs: "
       f"{rm_summary['eval']['pairs']}, accuracy {rm_summary['eval']['accuracy']:.3f}, "
       f"loss {rm_summary['eval']['loss']:.3f}")
+ties = np.mean([p["chosen_gold"] == p["rejected_gold"] for p in test_pairs])
+print(f"held-out pairs with two right or two wrong answers (labelled by a coin): {ties:.3f} of {len(test_pairs)}")
 fig, ax = plt.subplots(figsize=(6, 2.8))
 ax.plot([h["loss"] for h in rm_summary["history"]], label="loss")
 ax.plot([h["accuracy"] for h in rm_summary["history"]], label="batch accuracy")
@@ -215,6 +228,10 @@ for distance in (0.1, 0.5, 1.0, 2.0):
 print(f"{'distance':>8s} {'exact KL':>9s}  {'mode':10s} {'mean':>8s} {'bias':>8s} {'std':>7s}")
 for distance, exact, mode, mean, std in rows:
     print(f"{distance:8.1f} {exact:9.4f}  {mode:10s} {mean:8.4f} {mean - exact:+8.4f} {std:7.3f}")
+stds = {(distance, mode): std for distance, _, mode, _, std in rows}
+for distance in sorted({distance for distance, *_ in rows}):
+    print(f"distance {distance}: std of k1 / std of k3 (low_var_kl) = "
+          f"{stds[distance, 'kl'] / stds[distance, 'low_var_kl']:.1f}")
 
 # %% [markdown]
 # Read the columns. `kl` (k1) is unbiased at every distance. `low_var_kl` (k3) is unbiased while the
@@ -270,6 +287,11 @@ plot_comparison(leash, [("critic/score/mean", "proxy: the reward model's score",
                         ("minirl/gold_score/mean", "gold: share of right answers", "step"),
                         ("actor/reward_kl_penalty", "KL to the SFT model (k1, per token)", "step")])
 print(compare_table(leash, "minirl/gold_score/mean"))
+for label, runs in leash.items():
+    proxy = [[r["critic/score/mean"] for r in records if "critic/score/mean" in r] for records in runs]
+    first, last = [p[0] for p in proxy], [p[-1] for p in proxy]
+    print(f"{label}: critic/score/mean at the first step {np.mean(first):+.3f} (seeds {min(first):+.3f} to "
+          f"{max(first):+.3f}), at the last {np.mean(last):+.3f} (seeds {min(last):+.3f} to {max(last):+.3f})")
 
 # %% [markdown]
 # The curves are the answers the policy wrote while training (the same prompts the trainer sees).
@@ -310,6 +332,18 @@ for beta, measured in points.items():
     print(f"beta={beta}, step {STEPS}, per seed: gold {[round(m['gold'], 3) for m in finals]}, "
           f"proxy {[round(m['proxy'], 2) for m in finals]}, KL {[round(m['kl'], 2) for m in finals]}, "
           f"length {[round(m['response_length'], 1) for m in finals]}")
+standard_error = np.sqrt(reference_point["gold"] * (1 - reference_point["gold"]) / len(test_rows))
+print(f"standard error of one gold share on {len(test_rows)} prompts (at the SFT model's share): "
+      f"{standard_error:.3f}")
+for beta, measured in points.items():
+    gains = [m["gold"] - reference_point["gold"] for seed, step, m in measured if step == STEPS]
+    if gains:
+        print(f"beta={beta}, step {STEPS}: gold minus the SFT model's {np.mean(gains):+.3f} (seeds {min(gains):+.3f} "
+              f"to {max(gains):+.3f}), {np.mean(gains) / standard_error:+.1f} standard errors")
+print("every checkpoint on the held-out prompts, by KL:")
+for beta, seed, step, m in sorted(((beta, seed, step, m) for beta, measured in points.items()
+                                   for seed, step, m in measured), key=lambda point: point[3]["kl"]):
+    print(f"  beta={beta} seed {seed} step {step}: KL {m['kl']:.2f}, proxy {m['proxy']:+.3f}, gold {m['gold']:.3f}")
 
 # %% [markdown]
 # What happened, 3 seeds each (the printouts above are this run's numbers):
@@ -450,3 +484,6 @@ for function in (reward_model.bradley_terry_loss, kl.apply_kl_penalty, kl.kl_pen
 #   *Fine-Tuning Language Models from Human Preferences* (the adaptive KL controller); Gao et al. (2022),
 #   *Scaling Laws for Reward Model Overoptimization*; Singhal et al. (2023), *A Long Way to Go:
 #   Investigating Length Correlations in RLHF*; J. Schulman (2020), *Approximating KL divergence*.
+
+# %%
+print_run_time()

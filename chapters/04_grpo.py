@@ -34,11 +34,21 @@ import matplotlib.pyplot as plt
 import torch
 
 from minirl import core, grpo
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_seeds, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_seeds,
+    show_source,
+    where_this_ran,
+)
 from minirl.plot import load_metrics
 from minirl.ppo import compute_policy_loss
 from minirl.protocol import DataProto
 from minirl.trainer import train
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 STEPS = 3 if fast_mode() else 60
 RUNS = Path("..") / "runs" / "ch04"
@@ -207,6 +217,43 @@ plot_comparison(results, [(VAL, "greedy validation accuracy", "step"),
 
 print(compare_table(results, VAL))
 
+
+def spread(values):  # "mean (seeds min-max)" of one number per seed
+    return f"{sum(values) / len(values):.3f} (seeds {min(values):.3f}-{max(values):.3f})"
+
+
+warm = [records[0][VAL] for runs in results.values() for records in runs if records[0]["step"] == 0]
+n_val = 40 if fast_mode() else 200  # data.val_max_samples: 40 in fast mode (run() above), minirl's default 200
+print(f"warm start greedy accuracy (step 0): {spread(warm)}")
+final = [[r[VAL] for r in records if VAL in r][-1] for runs in results.values() for records in runs]
+for p in (min(warm), 0.5, max(final)):  # sqrt(p (1 - p) / n): the warm start, the largest, the best final accuracy
+    print(f"standard error of one accuracy of {p:.3f} on {n_val} prompts: {(p * (1 - p) / n_val) ** 0.5:.3f}")
+
+
+def val_by_tokens(records):  # (step, cumulative tokens, accuracy) at each validation, as the middle panel's x axis
+    tokens, points = 0.0, []
+    for r in records:
+        tokens += r.get("perf/total_num_tokens", 0.0)
+        if VAL in r:
+            points.append((r["step"], tokens, r[VAL]))
+    return points
+
+
+small = [val_by_tokens(records)[-1] for records in results["GRPO n=2"]]
+budget = sum(tokens for _, tokens, _ in small) / len(small)
+print(f"GRPO n=2 at its last step: {budget / 1000:.1f} thousand tokens (mean over seeds), "
+      f"accuracy {spread([acc for _, _, acc in small])}")
+nearest = [min(val_by_tokens(records), key=lambda point: abs(point[1] - budget)) for records in results["GRPO n=8"]]
+print(f"GRPO n=8 at the validation nearest that ({', '.join(f'step {step}: {t / 1000:.1f}' for step, t, _ in nearest)} "
+      f"thousand tokens, per seed): accuracy {spread([acc for _, _, acc in nearest])}")
+
+ZERO = "minirl/zero_spread_group_frac"
+for label, runs in results.items():  # the right panel: mean of the first and of the last 5 steps, per seed
+    fracs = [[r[ZERO] for r in records if ZERO in r] for records in runs]
+    first = [sum(f[:5]) / len(f[:5]) for f in fracs]
+    last = [sum(f[-5:]) / len(f[-5:]) for f in fracs]
+    print(f"{label}: zero-spread group fraction, first 5 steps {spread(first)}, last 5 steps {spread(last)}")
+
 # %% [markdown]
 # What to read in these curves (3 seeds each, 40 steps; the table above is this run's):
 #
@@ -350,3 +397,6 @@ for function in (grpo.compute_grpo_outcome_advantage, core.group_mean_std):
 #   gradient variance measured, and how to register your own estimator.
 # - References: Shao et al., *DeepSeekMath* (2024), section 4 (GRPO); Liu et al., *Understanding
 #   R1-Zero-Like Training: A Critical Perspective* (2025, Dr.GRPO); verl docs `docs/algo/grpo.md`.
+
+# %%
+print_run_time()

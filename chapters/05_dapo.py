@@ -34,8 +34,18 @@ import numpy as np
 import torch
 
 from minirl import core, dapo, data, grpo, models, rewards, sft
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_grid, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_grid,
+    show_source,
+    where_this_ran,
+)
 from minirl.rollout import generate_sequences
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch05"
 WARM = sft.default_warm_start(sft.CHAIN_SFT)  # Chapter 8's task: sums of 3-4 one-digit numbers, 30% worked demos
@@ -93,6 +103,22 @@ plot_comparison({"grpo": runs["grpo"]},
                 [("minirl/zero_spread_group_frac", "groups with no signal (all right / all wrong)", "step"),
                  ("actor/entropy", "entropy of the policy (per token)", "step"),
                  ("response_length/clip_ratio", "answers at the length limit", "step")])
+
+
+def curve(records, key):
+    """The logged values of `key` over a run, one per step that logs it."""
+    return [r[key] for r in records if key in r]
+
+
+def spread(values):
+    """'mean (seeds min-max)' of one number per seed."""
+    return f"{np.mean(values):.3f} (seeds {min(values):.3f}-{max(values):.3f})"
+
+
+for key in ("minirl/zero_spread_group_frac", "actor/entropy", "response_length/clip_ratio"):
+    print(f"grpo {key}: first step {spread([curve(r, key)[0] for r in runs['grpo']])}, "
+          f"last step {spread([curve(r, key)[-1] for r in runs['grpo']])}, "
+          f"highest step {spread([max(curve(r, key)) for r in runs['grpo']])}")
 
 # %% [markdown]
 # The three problems DAPO names, in the plain run:
@@ -214,6 +240,10 @@ plot_comparison(clips, [("actor/entropy", "entropy (per token)", "step"),
 print(compare_table(clips, "actor/entropy"))
 for key in ("val-core/minirl/chain_sum/acc/mean@8", "val-core/minirl/chain_sum/acc/best@8/mean"):
     print(compare_table(clips, key))
+for label, seeds_runs in clips.items():
+    print(f"{label}: entropy first step {spread([curve(r, 'actor/entropy')[0] for r in seeds_runs])}, "
+          f"last step {spread([curve(r, 'actor/entropy')[-1] for r in seeds_runs])}; "
+          f"actor/pg_clipfrac mean over steps {spread([np.mean(curve(r, 'actor/pg_clipfrac')) for r in seeds_runs])}")
 
 # %% [markdown]
 # What we saw (3 seeds, 14 steps): the entropy collapses under both settings, from about 0.15 to about
@@ -254,6 +284,13 @@ for label, seeds_runs in dynamic.items():
           f"training seconds: {np.mean([sum(x['timing_s/step'] for x in r) for r in seeds_runs]):.1f}")
 for key in ("val-core/minirl/chain_sum/acc/mean@8", "val-core/minirl/chain_sum/acc/best@8/mean"):
     print(compare_table(dynamic, key))
+for label, seeds_runs in dynamic.items():
+    print(f"{label:18s} trained groups with no signal at the last step: "
+          f"{spread([curve(r, 'minirl/zero_spread_group_frac')[-1] for r in seeds_runs])}, generation rounds per "
+          f"step: {spread([np.mean([x.get('minirl/num_gen_batches', 1) for x in r]) for r in seeds_runs])}")
+seconds = {label: [sum(x["timing_s/step"] for x in r) for r in seeds_runs] for label, seeds_runs in dynamic.items()}
+print(f"training seconds, dynamic sampling / grpo: {np.mean(seconds['dynamic sampling']) / np.mean(seconds['grpo']):.2f}"
+      f" (per seed: {spread(seconds['dynamic sampling'])} s against {spread(seconds['grpo'])} s)")
 
 # %% [markdown]
 # What we saw (3 seeds, 14 steps):
@@ -414,3 +451,6 @@ for function in (dapo.compute_overlong_penalty, dapo.filter_groups):
 # - References: Yu et al. (2025), *DAPO: An Open-Source LLM Reinforcement Learning System at Scale*; Liu et
 #   al. (2025), *Understanding R1-Zero-Like Training: A Critical Perspective* (Dr.GRPO); Shao et al. (2024),
 #   *DeepSeekMath* (GRPO); verl's `docs/algo/dapo.md`.
+
+# %%
+print_run_time()

@@ -35,9 +35,11 @@ import numpy as np
 import torch
 
 from minirl import data, dpo, models, preference, reward_model
-from minirl.book.notebook import fast_mode, seeds, show_source
+from minirl.book.notebook import fast_mode, print_run_time, seeds, show_source, where_this_ran
 from minirl.evaluate import evaluate_against_reference, measure_policy
 from minirl.trainer import train
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch06"
 TASK = preference.default_preference_task()  # Chapter 3's comparisons (cached)
@@ -163,6 +165,13 @@ for seed, history in main.items():
           f"{evals[-1]['length']:.1f} tokens); eval_logps/chosen {evals[-1]['eval_logps/chosen']:.2f}, "
           f"eval_logps/rejected {evals[-1]['eval_logps/rejected']:.2f}, margin "
           f"{evals[-1]['eval_rewards/margins']:.3f}")
+for seed, history in main.items():
+    trained = [r for r in history if "loss" in r]
+    per_epoch = max(1, len(trained) // EPOCHS)
+    margins = [np.mean([r["rewards/margins"] for r in trained[e * per_epoch:(e + 1) * per_epoch]]) for e in range(EPOCHS)]
+    held_out = [f"{r['eval_rewards/accuracies']:.3f} (step {r['step']})" for r in history if "eval_rewards/accuracies" in r]
+    print(f"seed {seed}: training rewards/margins, mean per epoch: {', '.join(f'{m:.2f}' for m in margins)}; "
+          f"held-out eval_rewards/accuracies: {', '.join(held_out)}")
 
 # %% [markdown]
 # What the curves show (3 seeds; the printout has this run's numbers):
@@ -227,6 +236,18 @@ for name, measured in rows.items():
     gold, kls = [m["gold"] for m in measured], [m["kl"] for m in measured]
     print(f"{name:36s} {np.mean(gold):9.3f} ({min(gold):.3f}-{max(gold):.3f}) {np.mean(kls):8.2f} "
           f"({min(kls):5.2f}-{max(kls):5.2f}) {np.mean([m['response_length'] for m in measured]):7.1f}")
+se = (0.5 * 0.5 / len(test_rows)) ** 0.5  # binomial standard error of a share near 0.5
+print(f"standard error of one gold number on {len(test_rows)} answers (at 0.5): {se:.3f}; two standard errors: "
+      f"{2 * se:.3f}")
+gold_mean = {name: np.mean([m["gold"] for m in measured]) for name, measured in rows.items()}
+sft_name, ppo_name, dpo_name = list(rows)[:3]
+for a, b in ((ppo_name, sft_name), (dpo_name, sft_name), (dpo_name, ppo_name)):
+    print(f"gold, {a} minus {b}: {gold_mean[a] - gold_mean[b]:+.3f} ({(gold_mean[a] - gold_mean[b]) / se:+.1f} "
+          f"standard errors)")
+for seed, history in main.items():
+    one, last = at_step(history, one_epoch_step), [r for r in history if "gold" in r][-1]
+    print(f"seed {seed}: DPO gold after one epoch {one['gold']:.3f}, after {EPOCHS} epochs {last['gold']:.3f} "
+          f"({last['gold'] - one['gold']:+.3f})")
 
 # %% [markdown]
 # **How precise these numbers are.** Each gold number is the share of right answers among 200 sampled
@@ -264,6 +285,14 @@ for beta, histories in sorted(sweep.items()):
     golds, kls = [f["gold"] for f in finals], [f["kl"] for f in finals]
     print(f"beta={beta}: gold {np.mean(golds):.3f} ({min(golds):.3f}-{max(golds):.3f}), KL {np.mean(kls):.2f} "
           f"({min(kls):.2f}-{max(kls):.2f}) after one epoch")
+for seed in seeds():
+    print(f"seed {seed}: gold after one epoch at beta 0.03, 0.1, 0.3: "
+          + ", ".join(f"{at_step(sweep[beta][seed], one_epoch_step)['gold']:.3f}" for beta in (0.03, 0.1, 0.3)))
+sweep_gold = {beta: np.mean([at_step(h, one_epoch_step)["gold"] for h in histories.values()])
+              for beta, histories in sweep.items()}
+for a, b in ((0.3, 0.1), (0.1, 0.03), (0.3, 0.03)):
+    print(f"gold, beta={a} minus beta={b}: {sweep_gold[a] - sweep_gold[b]:+.3f} "
+          f"({(sweep_gold[a] - sweep_gold[b]) / se:+.1f} standard errors)")
 ax.scatter([0], [sft["gold"]], color="grey", label="SFT model", s=25)
 ax.set(xlabel="KL(policy || SFT) per answer", ylabel="gold reward", title="DPO after one epoch, by beta")
 ax.grid(alpha=0.3)
@@ -373,3 +402,6 @@ for function in (dpo.dpo_loss, dpo.dpo_metrics):
 #   DPO with noisy preferences* (cDPO); Chowdhury et al. (2024), *Provably Robust DPO*; Razin et al. (2024),
 #   *Unintentional Unalignment: Likelihood Displacement in Direct Preference Optimization*; Xu et al.
 #   (2024), *Is DPO Superior to PPO for LLM Alignment?*
+
+# %%
+print_run_time()

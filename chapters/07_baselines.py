@@ -29,6 +29,7 @@
 
 # %%
 import itertools
+import statistics
 from functools import partial
 from pathlib import Path
 
@@ -37,13 +38,23 @@ import torch
 
 from minirl import models, remax, rloo
 from minirl.advantage import ADV_ESTIMATOR_REGISTRY, get_adv_estimator_fn, register_adv_est
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_seeds, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_seeds,
+    show_source,
+    where_this_ran,
+)
 from minirl.book.variance import gradient_noise, policy_gradient_draws, sample_responses, score_norms
 from minirl.data import load_rl_rows
 from minirl.plot import load_metrics
 from minirl.rewards import NaiveRewardManager, default_compute_score
 from minirl.sft import default_warm_start
 from minirl.trainer import train
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch07"
 VAL = "val-core/minirl/arithmetic/acc/mean@1"
@@ -137,6 +148,13 @@ for reward, by_name in noise.items():
         m = by_name[name]
         print(f"  {name:30s} relative variance {m['relative_variance']:6.2f}   cosine {m['cosine']:.3f}   "
               f"cosine of the mean {m['cosine_of_mean']:.3f}   scale {m['scale']:.2f}")
+for reward, by_name in noise.items():
+    variance = {name: by_name[name]["relative_variance"] for name in ESTIMATORS}
+    group = [variance[name] for name in ("grpo", "rloo", "reinforce_plus_plus_baseline")]
+    means = [by_name[name]["cosine_of_mean"] for name in ESTIMATORS]
+    print(f"{reward}: reinforce / rloo relative variance {variance['reinforce'] / variance['rloo']:.1f}; "
+          f"grpo, rloo, reinforce_plus_plus_baseline {min(group):.2f}-{max(group):.2f} "
+          f"(mean {sum(group) / len(group):.2f}); cosine of the mean {min(means):.3f}-{max(means):.3f}")
 
 # %% [markdown]
 # Two findings, both larger than anything the 32 draws could blur:
@@ -175,6 +193,7 @@ print(f"right answers: {right.float().mean():.2f} of all, mean ||grad log pi||^2
 print(f"wrong answers: mean ||grad log pi||^2 = {pull[~right].mean():.1f}")
 print(f"optimal constant baseline b* = {(right.float() * pull).sum() / pull.sum():.3f} "
       f"(the mean reward is {right.float().mean():.3f})")
+print(f"wrong / right mean ||grad log pi||^2: {pull[~right].mean() / pull[right].mean():.2f}")
 print("distinct right answers:", len({tuple(r.tolist()) for r in answers["responses"][right]}),
       "| distinct wrong answers:", len({tuple(r.tolist()) for r in answers["responses"][~right]}))
 
@@ -296,10 +315,11 @@ plot_comparison(learning, [(VAL, "greedy validation accuracy", "step"),
                            ("critic/score/mean", "training reward (critic/score/mean)", "step")])
 print(compare_table(learning, VAL))
 for name, runs in learning.items():
-    gen = [sum(r["timing_s/gen"] for r in records if "timing_s/gen" in r) / STEPS for records in runs]
-    step = [sum(r["timing_s/step"] for r in records if "timing_s/step" in r) / STEPS for records in runs]
+    # per step actually run (fast mode runs 2 steps, not STEPS)
+    gen = [statistics.mean(r["timing_s/gen"] for r in records if "timing_s/gen" in r) for records in runs]
+    step = [statistics.mean(r["timing_s/step"] for r in records if "timing_s/step" in r) for records in runs]
     print(f"{name:30s} timing_s/gen {sum(gen) / len(gen):.3f} s   timing_s/step {sum(step) / len(step):.3f} s "
-          f"(mean over seeds)")
+          f"(mean over seeds; seeds {min(gen):.3f}-{max(gen):.3f} s and {min(step):.3f}-{max(step):.3f} s)")
 
 # %% [markdown]
 # What the curves say (3 seeds, 20 steps; the table above is this run's):
@@ -398,3 +418,6 @@ for function in (rloo.compute_rloo_outcome_advantage, remax.compute_remax_outcom
 #   Free!* (2019) and Ahmadian et al., *Back to Basics* (2024), RLOO; Li et al., *ReMax* (2023);
 #   Hu, *REINFORCE++* (2025); Greensmith et al., *Variance Reduction Techniques for Gradient Estimates
 #   in Reinforcement Learning* (2004), the optimal baseline.
+
+# %%
+print_run_time()

@@ -35,9 +35,20 @@ import numpy as np
 import torch
 
 from minirl import data, metrics, models, rewards, sft
-from minirl.book.notebook import compare_table, fast_mode, final_spread, plot_comparison, run_grid, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    final_spread,
+    plot_comparison,
+    print_run_time,
+    run_grid,
+    show_source,
+    where_this_ran,
+)
 from minirl.evaluate import evaluate
 from minirl.rollout import generate_sequences
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch08"
 MIXED = sft.default_warm_start(sft.CHAIN_SFT)      # 30% worked demonstrations (built once, about 2 minutes)
@@ -86,9 +97,12 @@ def sample_answers(model_dir, rows, samples_per_prompt, seed=0):
 
 premise_rows = test_rows[:50] if fast_mode() else test_rows
 answers = sample_answers(MIXED, premise_rows, samples_per_prompt=2 if fast_mode() else 8)
+style_acc = {}
 for style, worked in (("worked", 1.0), ("direct", 0.0)):
     right = [result["acc"] for _, _, result in answers if result["worked"] == worked]
+    style_acc[style] = np.mean(right)
     print(f"{style:6s} answers: {len(right):5d} ({len(right) / len(answers):.2f} of all), right: {np.mean(right):.3f}")
+print(f"worked answers are right {style_acc['worked'] / style_acc['direct']:.1f} times as often as direct ones")
 for row, text, result in answers[:16:2]:
     print(f"  {row['prompt'][0]['content']:12s} -> {text!r:58} right={result['acc']}")
 
@@ -149,6 +163,10 @@ plot_comparison(emergence, [("minirl/acc/mean", "accuracy of the sampled answers
 print(f"{'final value over the seeds':38s} {'mean':>6s} {'min':>6s} {'max':>6s}")
 for key in ("minirl/worked/mean", "minirl/acc/mean", "response_length/mean", "val-core/minirl/chain_sum/acc/mean@1"):
     print(f"{key:38s} " + " ".join(f"{v:6.3f}" for v in final_spread(emergence["strict verifier"], key)))
+print(f"{'first step (the warm start samples)':38s} {'mean':>6s} {'min':>6s} {'max':>6s}")
+for key in ("minirl/worked/mean", "minirl/acc/mean", "response_length/mean"):
+    firsts = [[r[key] for r in records if key in r][0] for records in emergence["strict verifier"]]
+    print(f"{key:38s} {np.mean(firsts):6.3f} {min(firsts):6.3f} {max(firsts):6.3f}")
 
 # %% [markdown]
 # The final values, mean / min / max over the seeds. In our full run, over 40 steps:
@@ -231,6 +249,9 @@ plot_comparison(starts, [("minirl/acc/mean", "accuracy of the sampled answers", 
                          ("response_length/mean", "mean response length (tokens)", "step")])
 print(compare_table(starts, "minirl/format/mean"))
 print(compare_table(starts, "val-core/minirl/chain_sum/acc/mean@1"))
+for label, seed_runs in starts.items():
+    firsts = [[r["minirl/format/mean"] for r in records if "minirl/format/mean" in r][0] for records in seed_runs]
+    print(f"{label}: format share at the first step {np.mean(firsts):.3f} (seeds {min(firsts):.3f}-{max(firsts):.3f})")
 
 # %% [markdown]
 # What we saw in the full run (3 seeds, 20 steps each):
@@ -297,6 +318,17 @@ print(compare_table(verifier_runs, "minirl/acc/mean"))
 lenient_run = verifiers["lenient"]
 gap = [records[-1]["critic/score/mean"] - records[-1]["minirl/acc/mean"] for records in lenient_run]
 print(f"lenient run, last step: paid minus right = {np.mean(gap):.3f} (seeds: {', '.join(f'{g:.3f}' for g in gap)})")
+wrong_share = [g / max(records[-1]["critic/score/mean"], 1e-9) for g, records in zip(gap, lenient_run)]
+print(f"lenient run, last step: share of the paid answers that are wrong = {np.mean(wrong_share):.2f} "
+      f"(seeds {min(wrong_share):.2f}-{max(wrong_share):.2f})")
+paid_by_step = [{r["step"]: r["critic/score/mean"] - r["minirl/acc/mean"] for r in records
+                 if "critic/score/mean" in r} for records in lenient_run]
+worked_by_step = [{r["step"]: r["minirl/worked/mean"] for r in records if "minirl/worked/mean" in r}
+                  for records in verifiers["strict"]]
+print("by step, mean over seeds: the lenient run's paid minus right, and the strict run's share of worked answers")
+for step in sorted({*range(5, STEPS + 1, 5), STEPS}):
+    print(f"  step {step:3d}: paid minus right {np.mean([g[step] for g in paid_by_step if step in g]):.3f}, "
+          f"worked share {np.mean([w[step] for w in worked_by_step if step in w]):.3f}")
 
 # %% [markdown]
 # In our full run (3 seeds, 40 steps):
@@ -464,3 +496,6 @@ for function in (rewards.think_format, rewards.extract_solution, metrics.pass_at
 #   Reinforcement Learning*; Shao et al. (2024), *DeepSeekMath* (GRPO); Chen et al. (2021), *Evaluating
 #   Large Language Models Trained on Code* (pass@k); Lambert et al. (2024), *Tülu 3* (RL with verifiable
 #   rewards); Kydlíček et al., *Math-Verify* (Hugging Face).
+
+# %%
+print_run_time()

@@ -33,7 +33,17 @@ from pathlib import Path
 import numpy as np
 
 from minirl import rollout_correction
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_grid, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_grid,
+    show_source,
+    where_this_ran,
+)
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch09"
 STEPS = 3 if fast_mode() else 30
@@ -146,6 +156,9 @@ for name, seed_runs, behind_only in table:
     k3 = [mismatch(records, "rollout_corr/k3_kl", behind_only) for records in seed_runs]
     print(f"{name:32s} {np.mean(diffs):13.5f} ({min(diffs):.5f}-{max(diffs):.5f}) "
           f"{np.mean(k3):10.5f} ({min(k3):.5f}-{max(k3):.5f})")
+default_diffs = [mismatch(records, DIFF) for records in see["none (default engine)"]]
+print(f"default engine, rollout_probs_diff_mean: {np.mean(default_diffs):.1e} "
+      f"(seeds {min(default_diffs):.1e}-{max(default_diffs):.1e})")
 
 # %% [markdown]
 # What we measured (3 seeds; the printout above is this run's numbers):
@@ -237,6 +250,17 @@ for name, seed_runs in runs.items():
     lowest = [r["rollout_corr/rollout_is_mean"] for records in seed_runs for r in records
               if "rollout_corr/rollout_is_mean" in r]
     print(f"{name:28s}" + "".join(cells) + (f"{min(lowest):16.3f}" if lowest else f"{'-':>16s}"))
+
+# The token-TIS run of the failure-mode question (section 7): its weights over all steps, and its probability gap
+tis = runs["stale 8 + token TIS"]
+print()
+for label, key in (("IS mean", "rollout_corr/rollout_is_mean"), ("ESS", "rollout_corr/rollout_is_eff_sample_size")):
+    values = [r[key] for records in tis for r in records if key in r]
+    print(f"stale 8 + token TIS, {label} over all steps and seeds: mean {np.mean(values):.3f}, "
+          f"range {min(values):.3f}-{max(values):.3f}")
+behind = [mismatch(records, DIFF, behind_only=True) for records in tis]
+print(f"stale 8 + token TIS, rollout_probs_diff_mean (steps behind): {np.mean(behind):.3f} "
+      f"(seeds {min(behind):.3f}-{max(behind):.3f})")
 
 # %% [markdown]
 # What we saw (3 seeds, validation after 30 steps):
@@ -369,3 +393,6 @@ for function in (rollout_correction.compute_rollout_correction_weights,
 #   Demystifying RL Collapse from the Training-Inference Mismatch*; Espeholt et al. (2018), *IMPALA*
 #   (V-trace: truncated IS for stale actors); verl's `docs/algo/rollout_corr.md` and
 #   `docs/algo/rollout_corr_math.md`.
+
+# %%
+print_run_time()

@@ -37,7 +37,7 @@ import ray
 import torch
 
 from minirl import models, sft
-from minirl.book.notebook import fast_mode, show_source
+from minirl.book.notebook import fast_mode, print_run_time, show_source, where_this_ran
 from minirl.config import load_config
 from minirl.protocol import DataProto
 from minirl.single_controller import (
@@ -49,6 +49,8 @@ from minirl.single_controller import (
     dispatch_dp_compute_data_proto,
 )
 from minirl.trainer import PPOTrainer
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch10"
 STEPS = 2 if fast_mode() else 6
@@ -237,6 +239,7 @@ plt.show()
 
 print(f"{'layout':32s} {'call':34s} {'calls':>5s} {'wall s':>8s} {'compute s':>9s} {'moving s':>8s}  "
       "(means, first call left out)")
+moving = {}
 for name in ray_layouts:
     calls = {}
     for record in results[name]["timeline"]:
@@ -246,6 +249,16 @@ for name in ray_layouts:
         wall = np.mean([r["end"] - r["start"] for r in records])
         compute = np.mean([r["compute_s"] for r in records])
         print(f"{name:32s} {call:34s} {len(records):5d} {wall:8.3f} {compute:9.3f} {wall - compute:8.3f}")
+        moving.setdefault(name, []).append(wall - compute)
+print()
+for name in ray_layouts:  # every kind of call runs once per step
+    history = results[name]["history"][1:]
+    per_step = np.mean([r["timing_s/step"] for r in history])
+    sync = np.mean([r.get("timing_s/update_weights", 0.0) for r in history])
+    print(f"{name}: moving {1000 * min(moving[name]):.0f}-{1000 * max(moving[name]):.0f} ms per call, "
+          f"{sum(moving[name]):.3f} s per step for its {len(moving[name])} calls "
+          f"({sum(moving[name]) / per_step:.0%} of a {per_step:.3f} s step); weight sync (timing_s/update_weights) "
+          f"{sync:.3f} s")
 state = models.load_policy(sft.default_warm_start()).state_dict()
 print(f"\nOne weight sync moves the actor's whole state dict: "
       f"{sum(t.numel() * t.element_size() for t in state.values()) / 2**20:.1f} MiB (float32).")
@@ -371,3 +384,6 @@ for function in (single_controller.dispatch_dp_compute_data_proto, single_contro
 # - References: Sheng et al. (2024), *HybridFlow: A Flexible and Efficient RLHF Framework* (EuroSys 2025);
 #   Moritz et al. (2018), *Ray: A Distributed Framework for Emerging AI Applications*; verl's
 #   `docs/hybrid_flow.rst`.
+
+# %%
+print_run_time()

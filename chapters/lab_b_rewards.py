@@ -31,9 +31,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minirl import rewards
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_grid, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_grid,
+    show_source,
+    where_this_ran,
+)
 from minirl.plot import load_metrics
 from minirl.trainer import train
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "lab_b"
 RUNS.mkdir(parents=True, exist_ok=True)
@@ -216,6 +226,28 @@ plot_comparison(results, [("critic/score/mean", "reward paid (training batch)", 
 print(compare_table(results, VAL))
 print(compare_table(results, "response_length/mean"))
 
+
+def per_seed(label, key, summary):
+    """mean (min-max) over seeds of summary(the values of `key` in one run, in step order)."""
+    values = [summary([r[key] for r in records if key in r]) for records in results[label]]
+    return f"{sum(values) / len(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+for label in results:
+    print(f"{label}: validation accuracy before training {per_seed(label, VAL, lambda v: v[0])}"
+          f" | reward paid, mean over steps {per_seed(label, 'critic/score/mean', mean)}"
+          f" | largest response_length/clip_ratio {per_seed(label, 'response_length/clip_ratio', max)}")
+paid = {label: mean([mean([r["critic/score/mean"] for r in records if "critic/score/mean" in r]) for records in runs])
+        for label, runs in results.items()}
+print(f"reward paid, mean over steps and seeds: {paid['GSM8K rule + length bonus'] - paid['GSM8K rule']:+.3f} "
+      "with the length bonus")
+print("length bonus paid per answer, mean over steps:",
+      per_seed("GSM8K rule + length bonus", "minirl/length_bonus/mean", mean))
+
 # %% [markdown]
 # **What we saw: the hole was not taken.** In our full run (3 seeds, 30 steps) the policy was paid about 0.3 more
 # per answer under the bonus, yet it did not pad: the response length stayed at 16.35 tokens under both rewards
@@ -324,3 +356,6 @@ for function in (rewards.load_custom_reward_function, rewards.length_bonus_score
 # - [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) for the data and the GSM8K rule.
 # - [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for DAPO's reward manager and overlong shaping. Back to
 #   [the reading map](index.md).
+
+# %%
+print_run_time()

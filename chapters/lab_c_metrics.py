@@ -27,14 +27,17 @@
 
 # %%
 import shutil
+import statistics
 from pathlib import Path
 from unittest import mock
 
 from minirl import models, sft
 from minirl.book import broken_runs
-from minirl.book.notebook import fast_mode, plot_comparison, run_grid
+from minirl.book.notebook import fast_mode, plot_comparison, print_run_time, run_grid, where_this_ran
 from minirl.plot import load_metrics, training_steps
 from minirl.trainer import train
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "lab_c"
 STEPS = 2 if fast_mode() else 20
@@ -272,8 +275,10 @@ for name, case in broken_runs.CASES.items():
     overrides = " ".join(case.overrides).replace(f"{broken_runs.REWARD_FILE.parents[2]}/", "")
     print(f"{name:20s} {overrides or '(defaults)'}\n{'':20s} {case.cause}")
 cases = {name: list(case.overrides) for name, case in broken_runs.CASES.items() if name != "healthy"}
-gallery = {name: runs[0] for name, runs in run_grid(RUNS / "gallery", cases, *broken_runs.BASE, *COMMON).items()}
+grid = run_grid(RUNS / "gallery", cases, *broken_runs.BASE, *COMMON)  # every seed; the plots show the first
+gallery = {name: runs[0] for name, runs in grid.items()}
 gallery["healthy"] = ref["grpo (healthy)"]  # the reference run of section 1: same overrides and seed
+grid["healthy"] = reference["grpo (healthy)"]
 
 
 def signature(name: str, panels: list[tuple[str, str]]):
@@ -282,6 +287,40 @@ def signature(name: str, panels: list[tuple[str, str]]):
     runs = {reference_name: [gallery[reference_name]], name: [gallery[name]]}
     print(f"{name} ({broken_runs.CASES[name].cause}) against {reference_name}:")
     plot_comparison(runs, [(key, title, "step") for key, title in panels])
+    print_traces([reference_name, name], [key for key, _ in panels])
+
+
+def fmt(value: float) -> str:
+    text = f"{value:.3g}"
+    return f"{text}.0" if text.lstrip("-").isdigit() else text  # 1.0, not 1: the prose quotes decimals
+
+
+def print_traces(names: list[str], keys: list[str]):
+    """Print `key` over each run in `names`: validation at each test step, else the first, min, median, max and
+    last value over the training steps. Each value is the plotted run's (seed 0), then [min-max over seeds]."""
+    for key in keys:
+        for name in names:
+            runs = grid.get(name, [gallery[name]])
+            per_seed = []
+            for records in runs:
+                if key.startswith("val-"):
+                    per_seed.append({f"step {r['step']}": r[key] for r in records if key in r})
+                    continue
+                values = [r[key] for r in training_steps(records) if key in r]
+                per_seed.append({"first": values[0], "min": min(values), "median": statistics.median(values),
+                                 "max": max(values), "last": values[-1]} if values else {})
+            if not per_seed[0]:
+                print(f"  {name:18s} {key}: not logged")
+                continue
+            parts = []
+            for stat, value in per_seed[0].items():
+                text = f"{stat} {fmt(value)}"
+                if len(runs) > 1:
+                    seed_values = [stats[stat] for stats in per_seed]
+                    text += f" [{fmt(min(seed_values))}-{fmt(max(seed_values))}]"
+                parts.append(text)
+            seeds_note = f" (seed 0 [min-max over {len(runs)} seeds])" if len(runs) > 1 else ""
+            print(f"  {name:18s} {key}{seeds_note}: " + ", ".join(parts))
 
 
 def final(name: str, key: str) -> float:
@@ -304,6 +343,7 @@ def final(name: str, key: str) -> float:
 signature("lr_too_high", [("critic/score/mean", "score"), ("actor/ppo_kl", "actor/ppo_kl"),
                           ("actor/entropy", "actor/entropy"),
                           ("minirl/zero_spread_group_frac", "groups with one score")])
+print_traces(["lr_too_high"], ["actor/pg_clipfrac", "actor/grad_norm", "response_length/clip_ratio"])
 
 # %% [markdown]
 # ### No clipping (`ppo_epochs=4` with the clip switched off)
@@ -335,6 +375,7 @@ signature("no_clip", [("actor/pg_clipfrac", "actor/pg_clipfrac"), ("actor/ppo_kl
 signature("entropy_collapse", [("actor/entropy", "actor/entropy"),
                                ("minirl/zero_spread_group_frac", "groups with one score"),
                                ("critic/score/mean", "score"), (VAL, "validation accuracy")])
+print_traces(["healthy_4_epochs"], ["actor/entropy"])
 
 # %% [markdown]
 # ### All-equal rewards: "the loss is 0" (a format-only reward)
@@ -352,6 +393,11 @@ signature("entropy_collapse", [("actor/entropy", "actor/entropy"),
 signature("all_equal_rewards", [("critic/score/mean", "score"), ("actor/grad_norm", "actor/grad_norm"),
                                 ("actor/pg_loss", "actor/pg_loss"),
                                 ("minirl/zero_spread_group_frac", "groups with one score")])
+print_traces(["all_equal_rewards"], ["actor/pg_clipfrac", VAL])
+for seed, records in enumerate(grid["all_equal_rewards"]):
+    steps = training_steps(records)
+    print(f"  all_equal_rewards seed {seed}: actor/grad_norm exactly 0 on "
+          f"{sum(r['actor/grad_norm'] == 0 for r in steps)} of {len(steps)} steps")
 
 # %% [markdown]
 # ### Truncated responses (`data.max_response_length=15`)
@@ -395,6 +441,7 @@ signature("kl_blowup", [("actor/kl_loss", "actor/kl_loss"), ("actor/grad_norm", 
 # %%
 signature("rollout_mismatch", [("training/rollout_probs_diff_mean", "training/rollout_probs_diff_mean"),
                                ("rollout_corr/kl", "rollout_corr/kl"), ("critic/score/mean", "score")])
+print_traces(["healthy", "rollout_mismatch"], [VAL])
 
 # %% [markdown]
 # ### A reward that is always 0 (exact match on a task that shows its working)
@@ -459,6 +506,8 @@ plot_comparison({"healthy": [gallery["healthy"]], "pad_is_eos": [gallery["pad_is
                  ("response_length/mean", "response length (tokens)", "step"), ("critic/score/mean", "score", "step")])
 print("clip ratio, healthy vs pad_is_eos:", round(final("healthy", "response_length/clip_ratio"), 3),
       round(final("pad_is_eos", "response_length/clip_ratio"), 3))
+print_traces(["healthy", "pad_is_eos"], ["response_length/clip_ratio", "response_length/mean", "response_length/max",
+                                         "critic/score/mean", VAL])
 
 # %% [markdown]
 # **Signature:** `response_length/clip_ratio` is 1.0 from the first step, although the budget is the healthy
@@ -549,3 +598,6 @@ print("clip ratio, healthy vs pad_is_eos:", round(final("healthy", "response_len
 # - [Lab B · Writing reward functions](lab_b_rewards.ipynb): rewards that cannot fail the way sections 3's last
 #   case did. [Lab D · The GRPO config](lab_d_grpo_config.ipynb) for every key used above. Back to
 #   [the reading map](index.md).
+
+# %%
+print_run_time()

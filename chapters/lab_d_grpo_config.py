@@ -31,8 +31,18 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import FancyBboxPatch
 
 from minirl import batch_math
-from minirl.book.notebook import compare_table, fast_mode, plot_comparison, run_grid, show_source
+from minirl.book.notebook import (
+    compare_table,
+    fast_mode,
+    plot_comparison,
+    print_run_time,
+    run_grid,
+    show_source,
+    where_this_ran,
+)
 from minirl.config import load_config
+
+where_this_ran()  # the machine and numeric mode behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "lab_d"
 SCRIPT = (Path("..") / "tests" / "data" / "verl_scripts" / "grpo_trainer.txt").read_text().splitlines()
@@ -251,6 +261,40 @@ print("\n".join(line for line in table if " vs " not in line))  # every variant'
 for label in list(VARIANTS)[1:]:  # each variant against the baseline only
     print(compare_table({"baseline (n=8)": results["baseline (n=8)"], label: results[label]}, VAL).splitlines()[-1])
 
+
+def spread(values):
+    return f"{sum(values) / len(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+EARLY = min(10, STEPS)  # the first validation after step 0
+print(f"\nmean (min-max) over seeds: validation at step {EARLY}, actor/entropy at the first and the last step")
+for label, runs in results.items():
+    early = [[r[VAL] for r in records if r["step"] == EARLY and VAL in r][0] for records in runs]
+    entropy = [[r["actor/entropy"] for r in records if "actor/entropy" in r] for records in runs]
+    print(f"  {label:28s} validation {spread(early)} | entropy {spread([e[0] for e in entropy])} -> "
+          f"{spread([e[-1] for e in entropy])}")
+
+print("validation accuracy against tokens generated (prompt + response; tokens: mean over seeds):")
+for label in ("baseline (n=8)", "rollout.n=2"):
+    curves = []
+    for records in results[label]:
+        tokens, curve = 0.0, []
+        for r in records:
+            tokens += r.get("perf/total_num_tokens", 0.0)
+            if VAL in r:
+                curve.append((r["step"], tokens, r[VAL]))
+        curves.append(curve)
+    points = [(seed_points[0][0], sum(p[1] for p in seed_points) / len(seed_points), [p[2] for p in seed_points])
+              for seed_points in zip(*curves)]
+    print(f"  {label}: " + ", ".join(f"step {step} {tokens / 1000:.0f}k tokens {spread(accs)}"
+                                    for step, tokens, accs in points))
+
+n_val = load_config(COMMON, announce=False).data.val_max_samples
+finals = [[r[VAL] for r in records if VAL in r][-1] for records in results["baseline (n=8)"]]
+accuracy = sum(finals) / len(finals)
+print(f"standard error of one accuracy on {n_val} prompts, at the baseline's final {accuracy:.3f}: "
+      f"{(accuracy * (1 - accuracy) / n_val) ** 0.5:.3f} (at 0.5: {(0.25 / n_val) ** 0.5:.3f})")
+
 # %% [markdown]
 # What our full run showed (final accuracy after 30 steps, mean and range over 3 seeds; the table above has
 # this run's numbers; with 200 validation prompts one accuracy has a standard error of about 0.035):
@@ -340,3 +384,6 @@ for function in (batch_math.step_arithmetic,):
 # - [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for `loss_agg_mode`, `norm_adv_by_std_in_grpo` and clip-higher.
 # - [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) for the other critic-free estimators.
 # - [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) for the PPO quickstart's keys. Back to [the reading map](index.md).
+
+# %%
+print_run_time()

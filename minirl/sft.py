@@ -38,7 +38,8 @@ from minirl.parallel import apply_thread_policy
 LOCK_FILE = ".lock"
 WARM_START_VERSION = 2  # bump when the build changes, so cached warm starts are rebuilt
 # fields added since version 2, and their defaults
-ADDED_FIELDS = {"demo_style": "plain", "worked_fraction": 0.5, "min_terms": 3, "max_terms": 4}
+ADDED_FIELDS = {"demo_style": "plain", "worked_fraction": 0.5, "min_terms": 3, "max_terms": 4,
+                "lr_scheduler_type": "constant"}
 
 
 @dataclass
@@ -62,6 +63,9 @@ class SFTConfig:
     a late loss spike from knocking the model off a good state)."""
     warmup_steps: int = 20
     """Linear learning-rate warm-up."""
+    lr_scheduler_type: str = "constant"
+    """After the warm-up: "constant", or "cosine" (decays to 0 at the last step, verl's
+    get_cosine_schedule_with_warmup), which ends in a settled model instead of one still bouncing at full lr."""
     max_length: int = 48
     """Maximum prompt + response tokens; longer demonstrations raise an error."""
     response_length: int = 20
@@ -151,7 +155,8 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
     loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=True, drop_last=True,
                         generator=torch.Generator().manual_seed(config.seed))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-    schedule = OptimConfig(lr=config.lr, lr_warmup_steps=config.warmup_steps, lr_scheduler_type="constant")
+    schedule = OptimConfig(lr=config.lr, lr_warmup_steps=config.warmup_steps,
+                           lr_scheduler_type=config.lr_scheduler_type)
     scheduler = build_lr_scheduler(optimizer, schedule, config.steps)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     model.train()

@@ -40,7 +40,7 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from minirl import data as data_lib
-from minirl import models
+from minirl import machine, models
 from minirl.advantage import compute_advantage
 from minirl.config import TINY, Config, load_config, to_yaml
 from minirl.core import agg_loss
@@ -512,7 +512,7 @@ class PPOTrainer:
             elif (moved := set_aside(self.run_dir)) is not None:
                 print(f"minirl: {self.run_dir} held an earlier run; its files are now in {moved} (nothing deleted)",
                       file=sys.stderr)
-            (self.run_dir / "config.yaml").write_text(to_yaml(self.config))
+            (self.run_dir / "config.yaml").write_text(to_yaml(self.config) + machine_yaml())
         self.accelerator.wait_for_everyone()
         return resumed
 
@@ -557,6 +557,16 @@ class PPOTrainer:
         progress.close()
         tracking.finish()
         return history
+
+
+def machine_yaml() -> str:
+    """config.yaml's last block: where the run computed (CPU, ATen capability, torch, threads, numeric pins).
+
+    Seeded runs give other numbers on another CPU (minirl/machine.py), so a run directory says where it ran.
+    Not a config key: `minirl_machine` is only read by people.
+    """
+    fields = "".join(f"  {key}: {json.dumps(value)}\n" for key, value in machine.describe().items())
+    return f"# where this run computed (minirl/machine.py); not a config key\nminirl_machine:\n{fields}"
 
 
 def train(overrides: list[str] | None = None, show_progress: bool | None = None) -> list[dict[str, float]]:

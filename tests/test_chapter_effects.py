@@ -44,6 +44,8 @@ def test_chapter1_without_the_clip_the_policy_collapses(tmp_path):
                  "actor_rollout_ref.actor.clip_ratio_c=1000"]
     clipped = run(tmp_path, *aggressive, name="clipped")
     collapsed = run(tmp_path, *aggressive, *unclipped, name="unclipped")
+    print(f"MEASURED ch1_val_clipped {clipped[-1][VAL]:.3f}\nMEASURED ch1_val_unclipped {collapsed[-1][VAL]:.3f}\n"
+          f"MEASURED ch1_ppo_kl_ratio {collapsed[-1]['actor/ppo_kl'] / clipped[-1]['actor/ppo_kl']:.2f}")
     assert collapsed[-1][VAL] <= 0.05, f"unclipped PPO did not collapse: {collapsed[-1][VAL]}"
     assert clipped[-1][VAL] >= 0.2, f"clipped PPO fell too: {clipped[-1][VAL]}"
     assert collapsed[-1]["actor/ppo_kl"] > 1.5 * clipped[-1]["actor/ppo_kl"]  # 0.29 vs 0.12 on an AVX-512 Xeon
@@ -57,6 +59,8 @@ def test_chapter2_gae_variance_falls_and_bias_rises_as_lambda_falls(warm):
     lams = [0.0, 0.5, 0.95, 1.0]
     measured = gae_bias_variance(policy, critic, tokenizer, rows[:4], lams, samples=16, seed=0)
     variance, bias, noise = measured["variance"], measured["bias_rms"], measured["bias_se_rms"]
+    print(f"MEASURED ch2_var_ratio_1_vs_0.5 {variance[-1] / variance[1]:.1f}\n"
+          f"MEASURED ch2_bias_gap_in_noise {(bias[0] - bias[2]) / noise[0]:.1f}")
     assert variance[0] < 1e-10, f"lambda = 0 must have no variance given (s_t, a_t): {variance[0]}"
     assert all(a < b for a, b in zip(variance, variance[1:])), f"variance does not grow with lambda: {variance}"
     assert variance[-1] > 10 * variance[1], f"lambda = 1 should be far noisier than lambda = 0.5: {variance}"
@@ -86,6 +90,8 @@ def test_chapter7_a_baseline_pays_off_only_when_rewards_have_an_offset(warm):
         ADV_ESTIMATOR_REGISTRY.pop("test_reinforce_no_baseline")
     noise = {(reward, name): gradient_noise(draws[name], reference)["relative_variance"]
              for reward, draws in (("0/1", plain), ("+1", offset)) for name in names}
+    print(f"MEASURED ch7_offset_noise_ratio {noise['+1', 'test_reinforce_no_baseline'] / noise['+1', 'rloo']:.2f}\n"
+          f"MEASURED ch7_plain_noise_ratio {noise['0/1', 'test_reinforce_no_baseline'] / noise['0/1', 'rloo']:.2f}")
     assert torch.allclose(plain["rloo"], offset["rloo"], atol=1e-6), "RLOO's advantages must ignore a constant"
     assert noise["+1", "test_reinforce_no_baseline"] > 3 * noise["+1", "rloo"], noise
     assert noise["0/1", "test_reinforce_no_baseline"] < noise["0/1", "rloo"], noise
@@ -266,6 +272,8 @@ def test_chapter9_bypass_mode_recovers_a_run_that_stale_weights_degrade(tmp_path
     on_policy = run(tmp_path, *base, name="on_policy")
     degraded = run(tmp_path, *base, *stale, name="stale")
     recovered = run(tmp_path, *base, *stale, "algorithm.rollout_correction.bypass_mode=true", name="bypass")
+    print(f"MEASURED ch9_val_on_policy {on_policy[-1][VAL]:.3f}\nMEASURED ch9_val_stale {degraded[-1][VAL]:.3f}\n"
+          f"MEASURED ch9_val_bypass {recovered[-1][VAL]:.3f}")
     assert max(r.get("training/rollout_probs_diff_mean", 0) for r in on_policy) < 1e-5
     assert max(r.get("training/rollout_probs_diff_mean", 0) for r in degraded) > 0.01
     # on an AVX-512 Xeon this seed's stale run lost only 0.02 (0.465 vs 0.485): the direction is asserted here, the

@@ -76,3 +76,15 @@ def test_answers_are_shown_only_after_the_exercises_and_collapsed(chapter):
         later = source.find(function, exercises_at)
         assert later > 0, f"{chapter}: {function} is not shown after the exercises"
     assert "show_source(function, collapsed=True)" in source[exercises_at:]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_first_output_names_the_machine(notebook):
+    """Seeded numbers differ between CPUs (minirl/machine.py): a notebook's first output says where its outputs
+    were computed (CPU, ATen capability, torch, threads), so a reader can tell a different machine from a bug."""
+    executed = nbformat.read(notebook, as_version=4)
+    outputs = [output for cell in executed.cells if cell.cell_type == "code" for output in cell.get("outputs", [])]
+    first = outputs[0].get("text", "") if outputs else ""
+    assert first.startswith("Outputs computed on: ") and " | ATen " in first and " thread(s)" in first, (
+        f"{notebook.name}: the first output should be where_this_ran()'s line (call it in the first code cell, "
+        f"then re-execute the notebook), not {first[:80]!r}")

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from omegaconf import OmegaConf
 
@@ -75,6 +76,8 @@ def test_tiny_run_with_every_key_of_a_verl_script(tmp_path, name):
     assert config["actor_rollout_ref"]["actor"]["use_dynamic_bsz"] is True
     assert config["actor_rollout_ref"]["model"]["enable_gradient_checkpointing"] is True
     assert config["data"]["filter_overlong_prompts"] is True and config["trainer"]["total_epochs"] == 15
+    machine = config["minirl_machine"]  # where it ran: seeded numbers differ between CPUs (minirl/machine.py)
+    assert machine["aten_capability"] and machine["torch"] == torch.__version__ and machine["threads"].isdigit()
     if name == "ppo_trainer":
         assert "critic/vf_loss" in history[-1]
 

@@ -31,10 +31,14 @@ def test_short_sft_run_lowers_the_loss(tmp_path):
 
 
 def test_default_warm_start_learns_into_the_target_range(tmp_path):
-    """The book's default warm start: greedy accuracy in [0.3, 0.9] on held-out questions."""
+    """The book's default warm start: from no right answers to greedy accuracy in [0.2, 0.9] on held-out questions.
+
+    The bounds come from the spread, not from one machine: seeds 0-4 gave 0.41-0.765 on an Intel Xeon, seeds 0-2
+    0.37-0.69 on an AMD EPYC, and seed 0 under other numeric settings 0.255-0.65 (minirl/README.md, "The same seed
+    on another CPU")."""
     summary = sft.build_warm_start(tmp_path / "warm", sft.SFTConfig(), show_progress=False)
     assert summary["greedy_acc_before"] < 0.05
-    assert 0.3 <= summary["greedy_acc"] <= 0.9, summary
+    assert 0.2 <= summary["greedy_acc"] <= 0.9, summary
     assert models.load_policy(tmp_path / "warm") is not None
     assert json.loads((tmp_path / "warm" / "warm_start.json").read_text())["greedy_acc"] == summary["greedy_acc"]
 

@@ -80,6 +80,7 @@ def test_estimator_raises_validation_accuracy(tmp_path, estimator):
     history = run(tmp_path, f"algorithm.adv_estimator={estimator}", f"trainer.total_training_steps={STEPS}",
                   f"trainer.test_freq={STEPS}")
     before, after = history[0][VAL], history[-1][VAL]
+    print(f"MEASURED {estimator}_gain {after - before:+.3f}")  # bench/effect_spread.py collects these
     assert after - before >= MARGIN, f"{estimator}: validation accuracy {before:.3f} -> {after:.3f}"
     records = load_metrics(tmp_path / "run")
     assert [r["step"] for r in records] == list(range(STEPS + 1))

@@ -4,13 +4,43 @@ from __future__ import annotations
 
 import inspect
 import os
+import time
 
 FAST_ENV = "MINIRL_FAST"
+_STARTED: float | None = None  # set by where_this_ran(), read by print_run_time()
 
 
 def fast_mode() -> bool:
     """True when MINIRL_FAST=1: notebooks shrink their runs so the test suite can execute them."""
     return os.environ.get(FAST_ENV, "0") not in ("", "0", "false", "False")
+
+
+def where_this_ran() -> None:
+    """Print the machine behind this notebook's outputs: its first output, so a reader can compare with theirs.
+
+    Sets one thread per process first (minirl/parallel.py::apply_thread_policy, as every training run does), then
+    prints CPU model, torch's kernel dispatch (ATen capability), torch version, threads and any numeric pins
+    (minirl/machine.py). Training numbers in the outputs are this machine's; the prose states ranges over seeds.
+    """
+    from minirl import machine
+    from minirl.parallel import apply_thread_policy
+
+    global _STARTED
+    _STARTED = time.perf_counter()
+    apply_thread_policy()
+    info = machine.describe()
+    print(f"Outputs computed on: {info['cpu']} | ATen {info['aten_capability']} | torch {info['torch']} | "
+          f"{info['threads']} thread(s) | numeric pins: {info['pins']}")
+
+
+def print_run_time() -> None:
+    """Print how long the notebook has run since where_this_ran() (a chapter's last cell: the run time its text
+    quotes is then printed by the run itself)."""
+    if _STARTED is None:
+        raise RuntimeError("call where_this_ran() in the notebook's first code cell: it starts the clock")
+    seconds = time.perf_counter() - _STARTED
+    took = f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} minutes"
+    print(f"This notebook ran for {took} ({'fast mode' if fast_mode() else 'full run'}).")
 
 
 def show_source(obj, collapsed: bool = False):
