@@ -7,7 +7,8 @@ time, and the table gives validation accuracy at the start and after the last st
 combination gains at least +0.10, or, starting above 0.65, ends at 0.75 or more.
 
     .venv/bin/python bench/demo_grid.py                           # warm-start seeds 0-4 x run seeds 0-2
-    .venv/bin/python bench/demo_grid.py --warm-seeds 0 1 --extra actor_rollout_ref.actor.optim.lr=2e-4
+    .venv/bin/python bench/demo_grid.py --warm-seeds 0 1 --extra actor_rollout_ref.actor.optim.lr=1e-4
+    .venv/bin/python bench/demo_grid.py --sft lr_scheduler_type=cosine   # another warm start
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from minirl.book import notebook
 from minirl.sft import SFTConfig, default_warm_start, train_overrides
 
-DEMO = ["trainer.total_training_steps=60", "trainer.test_freq=10"]
+DEMO = ["trainer.total_training_steps=60", "trainer.test_freq=10", "actor_rollout_ref.actor.optim.lr=2e-4"]
 """`make demo`'s overrides (Makefile)."""
 VAL = "val-core/minirl/arithmetic/acc/mean@1"
 

@@ -55,14 +55,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warm-seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--tests", default=TESTS, help="pytest arguments selecting the tests")
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers")
     parser.add_argument("--out", type=Path, default=Path("runs/bench/effect_spread"))
     args = parser.parse_args()
     measured: dict[str, dict[int, str]] = defaultdict(dict)
     outcomes: dict[int, str] = {}
     for seed in args.warm_seeds:
         cache = cache_for(seed, args.out.resolve())
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rP", "-n", "2", "--dist", "loadfile",
-                               "-p", "no:cacheprovider", *shlex.split(args.tests)],
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rP", "-n", str(args.workers),
+                               "--dist", "loadfile", "-p", "no:cacheprovider", *shlex.split(args.tests)],
                               env={**os.environ, "MINIRL_CACHE_DIR": str(cache)}, capture_output=True, text=True)
         (args.out / f"pytest_warm{seed}.log").write_text(proc.stdout + proc.stderr)
         for name, value in re.findall(r"^MEASURED (\S+) (.+)$", proc.stdout, re.M):

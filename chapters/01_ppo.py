@@ -24,7 +24,8 @@
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (rollout, recompute `old_log_probs`, update; verl's legacy trainer, see section 5); `verl/trainer/ppo/core_algos.py::compute_policy_loss_vanilla` (ratio, `actor/pg_clipfrac`, `actor/ppo_kl`); `core_algos.py::agg_loss`; `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (verl's FSDP PPO example: GAE with a critic, `rollout.n=1`). |
 # | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) to run PPO end to end, then [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) for `actor/pg_clipfrac` and `actor/ppo_kl`; [Chapter 2 · GAE](02_gae.ipynb) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic. |
 #
-# Run time: about 5 minutes on 2 CPU cores (twelve small training runs: four settings, three seeds each). With `MINIRL_FAST=1` every run
+# Run time: 6.2 minutes in the run shown here, on 2 CPU cores (twelve small training runs: four settings, three
+# seeds each; the first cell names the machine, the last prints the time). With `MINIRL_FAST=1` every run
 # shrinks to a few steps.
 
 # %%
@@ -100,10 +101,13 @@ for label, runs in problem.items():
 # %% [markdown]
 # Without the clip, the reused batches push the policy further and further from the one that
 # sampled them: `actor/ppo_kl`, an estimate of KL(old ‖ new) over the batch (how such estimates work:
-# [Chapter 3, section 4](03_rlhf.ipynb#4-the-leash-estimating-kl-from-samples)), climbs to 0.5-0.7, and
-# every seed's accuracy collapses to 0-0.01 within 10 steps. With the clip, the same settings still
-# lose some accuracy (0.37 to 0.29 on average, seeds 0.28 to 0.30: a learning rate of 3e-4 with 4
-# epochs is too much even for PPO), but they do not collapse. The gap is far beyond the seed spread.
+# [Chapter 3, section 4](03_rlhf.ipynb#4-the-leash-estimating-kl-from-samples)), peaks at 0.671 to
+# 0.819 (range over seeds), and every seed's accuracy collapses: from 0.470 at step 0 to 0.040-0.080 at
+# step 5 and 0.000 at step 15. With the clip, the same settings also lose much of their accuracy in this
+# run: from 0.470 to 0.157 at step 15 on average (seeds 0.090 to 0.230), with a peak `actor/ppo_kl` of
+# 0.194 to 0.473. A learning rate of 3e-4 with 4 epochs is too much even for PPO: the clip slows the
+# fall but does not stop it within 15 steps. Still, no clipped seed reaches 0, and the gap to the
+# unclipped runs (+0.157) is beyond the seed spread.
 # Tokens whose ratio has already left $[1-\epsilon, 1+\epsilon]$ in the helpful direction stop
 # contributing (`actor/pg_clipfrac` is the share of such tokens), so each batch can only move the
 # policy so far.
@@ -205,10 +209,13 @@ for label, runs in experiment.items():
           f"peak {min(peaks):.4f} to {max(peaks):.4f} (range over seeds)")
 
 # %% [markdown]
-# Both learn: from 0.43 to 0.62 (1 epoch, seeds 0.60 to 0.64) and 0.66 (2 epochs, seeds 0.605 to
-# 0.685) in 20 steps. The ranges overlap, so with 3 seeds we cannot say that the second epoch helps.
-# `actor/pg_clipfrac` stays near 0 with one epoch and rises a little with two: the clip starts to act
-# on the second epoch's off-policy passes, which is what keeps the extra reuse of each batch safe.
+# Both learn in this run: from 0.450 at step 0 to 0.590 after 20 steps with 1 epoch (seeds 0.555 to
+# 0.640) and 0.585 with 2 epochs (seeds 0.575 to 0.600); every seed ends above its start. The ranges
+# overlap, so the difference is within noise: with 3 seeds we cannot say that the second epoch helps
+# or hurts. `actor/pg_clipfrac` stays near 0 with one epoch (mean over the run 0.0001 to 0.0002, peak
+# 0.0005 to 0.0012, ranges over seeds) and is higher with two (mean 0.0034 to 0.0036, peak 0.0062 to
+# 0.0071; the ranges do not overlap): the clip starts to act on the second epoch's off-policy passes,
+# though on under 1% of the tokens here.
 #
 # ## 5. verl ↔ minirl
 #

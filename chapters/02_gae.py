@@ -24,8 +24,9 @@
 # | **verl source** | `verl/trainer/ppo/core_algos.py::compute_gae_advantage_return` (reverse scan over the response tokens, then `masked_whiten`); `verl/trainer/ppo/ray_trainer.py::compute_advantage` (the `algorithm.adv_estimator=gae` branch); `core_algos.py::compute_value_loss` (the critic's loss); `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (a PPO run with `critic.model.path` and `critic.optim.lr`; the GRPO examples have no critic). |
 # | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) for the advantage and the update in a full PPO run; [Chapter 1 · PPO](01_ppo.ipynb) uses these advantages; [Chapter 4 · GRPO](04_grpo.ipynb) and [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) drop the critic. |
 #
-# Run time: about 4 minutes on 2 CPU cores (one 40-step run whose critic we inspect, then fifteen short
-# runs: five settings, three seeds each). With `MINIRL_FAST=1` every run shrinks to a few steps.
+# Run time: 5.5 minutes in the run shown here, on 2 CPU cores (one 40-step run whose critic we inspect, then
+# fifteen short runs: five settings, three seeds each; the first cell names the machine, the last prints the
+# time). With `MINIRL_FAST=1` every run shrinks to a few steps.
 
 # %%
 from functools import partial
@@ -140,18 +141,22 @@ print(f"(b) V before EOS: right answers {value_at_eos[reward == 1].mean():.3f}, 
       f"wrong answers {value_at_eos[reward == 0].mean():.3f} (success rate {reward.mean():.2f})")
 
 # %% [markdown]
-# What the critic learned in 40 steps, and what it did not:
+# What the critic learned in 40 steps, and what it did not (one run, seed 0, so these numbers are this
+# run's, with no seed range):
 #
-# - **It learned which questions are hard.** Before any token is written, $V(s_0)$ correlates 0.44
-#   with the question's success rate over the 40 questions.
-# - **It did not learn to tell a right answer from a wrong one.** Just before EOS, $V$ averages 0.664
-#   on right answers and 0.658 on wrong ones. In the traces, the values of the two answers stay
-#   together after the wrong digit; on the left the wrong answer's value even rises at the end. To
-#   know that `30+11=42` is wrong, the critic has to do the sum: a job as hard as the policy's, for a
-#   model of the same size (the tiny policy answers 43% of the questions right when greedy).
+# - **It learned a little about which questions are hard.** Before any token is written, $V(s_0)$
+#   correlates 0.36 with the question's success rate over the 40 questions.
+# - **It barely tells a right answer from a wrong one.** Just before EOS, $V$ averages 0.569 on right
+#   answers and 0.526 on wrong ones (half of the 320 answers are right: success rate 0.50), a gap far
+#   smaller than the gap of 1 between their rewards. In the two traces, the values of the two answers
+#   move together on most tokens; where they part after the differing digit, the wrong answer's value is
+#   sometimes the higher one, and in both traces it ends slightly above the right answer's at EOS. To
+#   know that `3+4=8` is wrong, the critic has to do the sum: a job as hard as the policy's, for a model
+#   of the same size (the warm-start policy answers 0.470 of the validation questions right when greedy,
+#   section 5).
 #
 # This is the problem GAE works with. With $\lambda = 1$, every token's advantage is
-# $R - V(s_t)$: the echo `30+11=` gets the same $\pm 1$ outcome signal as the digit that decided it.
+# $R - V(s_t)$: the echo `3+4=` gets the same $\pm 1$ outcome signal as the digit that decided it.
 # The critic can only help by knowing, token by token, how the outcome became more or less likely.
 #
 # How well does the critic predict the returns overall? verl logs `critic/vf_explained_var`,
@@ -176,9 +181,9 @@ if after:
     print(f"after step {crossed}: between {min(after):.3f} and {max(after):.3f}")
 
 # %% [markdown]
-# It starts at $-0.15$ (the fresh value head's guesses are off), reaches 0 within a few steps, and
-# then stays between about $-0.03$ and $0.09$: the critic has learned the average, and a little
-# about each question, not more.
+# In this run (seed 0) it starts at -0.144 (the fresh value head's guesses are off), first reaches 0 at
+# step 6, and after that stays between -0.067 and 0.092: the critic has learned the average, and a
+# little about each question, not more.
 #
 # ## 2. The formula and the code
 #
@@ -275,17 +280,18 @@ for lam, var, bias, se in zip(LAMS, measured["variance"], measured["bias_rms"], 
 print(f"measured on {measured['anchors']} (state, token) pairs")
 
 # %% [markdown]
-# This is the trade-off of the GAE paper, measured on 183 (state, token) pairs:
+# This is the trade-off of the GAE paper, measured on 183 (state, token) pairs with this run's critic
+# (one training run, so no seed range):
 #
 # - **Variance grows with $\lambda$.** It is exactly 0 at $\lambda = 0$ (the next state is fixed by the
-#   token), tiny at 0.5, and 0.024 at 0.95 against 0.080 at $\lambda = 1$: the Monte-Carlo estimate
-#   carries all the randomness of the rest of the response.
-# - **Bias falls with $\lambda$.** The root-mean-square bias is 0.415 at $\lambda = 0$, where the estimate
-#   is only as good as this weak critic, 0.118 at 0.95, and 0 at $\lambda = 1$ by definition. The noise
-#   floor of these estimates (0.035 at most) is far below.
-# - **Their sum, the mean squared error, is smallest at $\lambda = 0.95$** (0.038, against 0.047 at 0.9,
-#   0.080 at 1 and 0.17 at 0). With a better critic the bias shrinks and the best $\lambda$ moves down;
-#   with a worse one it moves up.
+#   token), still 0.0000 to four decimals at 0.5, 0.0055 at 0.9, and 0.0195 at 0.95 against 0.0691 at
+#   $\lambda = 1$: the Monte-Carlo estimate carries all the randomness of the rest of the response.
+# - **Bias falls with $\lambda$.** The root-mean-square bias is 0.457 at $\lambda = 0$, where the estimate
+#   is only as good as this weak critic, 0.417 at 0.5, 0.222 at 0.9, 0.135 at 0.95, and 0 at
+#   $\lambda = 1$ by definition. The noise floor of these estimates (0.033 at most) is far below.
+# - **Their sum, the mean squared error, is smallest at $\lambda = 0.95$** (0.0376, against 0.0546 at
+#   0.9, 0.0691 at 1 and 0.2085 at 0). With a better critic the bias shrinks and the best $\lambda$ moves
+#   down; with a worse one it moves up.
 #
 # ### The critic's loss
 #
@@ -326,8 +332,8 @@ print("squared error per token: unclipped", [round(e, 4) for e in unclipped_erro
 #   and $\lambda = 0$;
 # - $\gamma = 0.9$ with $\lambda = 1$: the reward arrives only at the last token, so a token $k$ steps
 #   before the end sees $0.9^k$ of it. Early tokens get a smaller signal than late ones;
-# - `trainer.critic_warmup=5`: the first 5 steps train only the critic, the actor waits (and the run
-#   still counts them as steps).
+# - `trainer.critic_warmup=5`: the actor waits while the step number is below 5, so steps 1 to 4 train
+#   only the critic (the run still counts them as steps) and the actor updates from step 5 on.
 
 # %%
 STEPS = 15
@@ -360,24 +366,33 @@ for label, runs in learning.items():
           f"last step {mean_range([s[-1] for s in score])}")
 
 # %% [markdown]
-# What the curves say (3 seeds, 15 steps; the table above is this run's):
+# What the curves say in this run (3 seeds, 15 steps, all from 0.470 at step 0; greedy validation
+# accuracy after 15 steps, mean over seeds with the seeds' range):
 #
-# - **$\lambda = 0.95$ and $\lambda = 1$ learn alike** (both 0.577 after 15 steps, seeds 0.57 to 0.58). Our
-#   critic barely varies along a response, so $\delta_t \approx 0$ on most tokens and the two
-#   estimators differ little; the lower variance of 0.95 is too small a gain to see in 15 steps.
-# - **$\lambda = 0$ unlearns**: from 0.37 to 0.30 (seeds 0.21 to 0.36). Each token's advantage is now
-#   $\delta_t = V(s_{t+1}) - V(s_t)$, the critic's noise; whitening scales that noise up to unit variance
-#   and the actor follows it. The real reward reaches only the last token, the EOS, whose choice decides
-#   nothing. Its `critic/vf_explained_var` is also the worst (right panel): it bootstraps from itself.
-# - **$\gamma = 0.9$ learns like $\gamma = 1$** (0.580, within the spread). The reward sits on the last
-#   token, so a token $k$ steps before the end sees $0.9^k$ of it. The answer's digits are among the last
-#   8 tokens, so they keep at least $0.9^8 = 0.43$ of it, and whitening restores the scale. What changes
-#   is the critic's job: the returns $0.9^{T-t} R$ now grow towards the end of the response, which the
-#   critic can predict, so `critic/vf_explained_var` rises to about 0.15.
-# - **`trainer.critic_warmup=5`** trains only the critic for the first 5 steps, so after 15 steps the
-#   actor has had 10 updates: 0.52 (0.51 to 0.53), below the others (beyond the spread). After the same
-#   10 actor updates the runs without warm-up were at 0.49 (all three seeds), so per actor update the
-#   warmed-up critic helps a little here; per step it costs.
+# - **$\lambda = 0.95$ and $\lambda = 1$ learn alike**: 0.523 (seeds 0.520 to 0.530) and 0.533 (seeds
+#   0.520 to 0.550), within noise. The two estimators differ (section 4: less variance, some bias at
+#   0.95), but not by enough to show in 15 steps.
+# - **$\lambda = 0$ unlearns**: from 0.470 to 0.287 (seeds 0.240 to 0.310), below every other setting
+#   by more than the seeds' spread. Each token's advantage is now $\delta_t = V(s_{t+1}) - V(s_t)$, the
+#   critic's noise; whitening scales that noise up to unit variance and the actor follows it. The real
+#   reward reaches only the last token, the EOS, whose choice decides nothing. Its training reward
+#   `critic/score/mean` ends lower too, 0.224 at the last step (seeds 0.172 to 0.293) against 0.277 at
+#   the first, though the seeds' ranges overlap. Its `critic/vf_explained_var` is not a
+#   sign of health: it starts lowest of all (right panel), then peaks highest of all, at 0.333 (seeds 0.285
+#   to 0.362), and falls back to 0.033 at the last step (seeds -0.027 to 0.120). With $\lambda = 0$ the
+#   critic's targets are $R_t = r_t + V(s_{t+1})$, its own next value, which it predicts easily whether
+#   or not it knows anything about the outcome.
+# - **$\gamma = 0.9$ learns like $\gamma = 1$**: 0.537 (seeds 0.520 to 0.550), within noise. The reward
+#   sits on the last token, so a token $k$ steps before the end sees $0.9^k$ of it. The answer's digits
+#   are among the last 8 tokens, so they keep at least $0.9^8 = 0.43$ of it, and whitening restores the
+#   scale. What changes is the critic's job: the returns $0.9^{T-t} R$ now grow towards the end of the
+#   response, which the critic can predict, so `critic/vf_explained_var` peaks at 0.136 (seeds 0.124 to
+#   0.148), against 0.032 (seeds 0.029 to 0.036) with $\gamma = 1$.
+# - **`trainer.critic_warmup=5`** gives the actor 11 updates in 15 steps (steps 5 to 15) and ends at
+#   0.527 (seeds 0.510 to 0.540), within noise of the others with $\lambda > 0$. The warmed-up critic is
+#   no better by `critic/vf_explained_var` either: its mean over the steps is -0.035 (seeds -0.054 to
+#   -0.021) against -0.029 (seeds -0.047 to -0.015) without warm-up. With 3 seeds and 15 steps, this run
+#   shows neither a cost nor a gain from the warm-up.
 #
 # ## 6. verl ↔ minirl
 #
@@ -444,9 +459,13 @@ for label, runs in learning.items():
 # $r_t$ is non-zero only on the last token, so every other token is judged by the critic alone. A fresh
 # critic's values are noise, so the advantages are noise, and after whitening that noise has unit
 # variance: the actor takes full-size steps in random directions. In section 5 this run fell from
-# 0.37 to 0.30 in 15 steps while the best runs rose to about 0.58. `critic/vf_explained_var` stays negative
-# (the critic is worse than the mean), and the training reward `critic/score/mean` falls. Use
-# $\lambda$ close to 1 until the critic is good, or warm the critic up first (`trainer.critic_warmup`).
+# 0.470 to 0.287 in 15 steps (seeds 0.240 to 0.310) while the runs with $\lambda > 0$ rose to between
+# 0.523 and 0.537 (means over seeds). The metrics that tell you are the rewards: the training reward
+# `critic/score/mean` drifts down (0.277 at the first step, 0.224 at the last, mean over seeds) and the
+# validation accuracy falls. `critic/vf_explained_var` does not warn you: after a very negative start it
+# rose higher than in any other setting of section 5, because with $\lambda = 0$ the critic's targets
+# are its own next values. Use $\lambda$ close to 1 until the critic is good, or warm the critic up
+# first (`trainer.critic_warmup`).
 # </details>
 #
 # ### The library's code, after you tried

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -24,8 +24,9 @@
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::apply_kl_penalty` ($r_t = \text{score}_t - \beta\,\mathrm{kl}_t$); `verl/trainer/ppo/core_algos.py::kl_penalty` (`kl`, `abs`, `mse`, `low_var_kl`, `full`), `FixedKLController`, `AdaptiveKLController`; the reward model in `verl/experimental/reward_loop/reward_loop.py::RewardLoopWorker.compute_score_disrm`; `docs/examples/config.rst` (`algorithm.use_kl_in_reward` vs `actor_rollout_ref.actor.use_kl_loss`); `examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh` (a run scored by a reward model). |
 # | **Where next** | [Lab B · Writing reward functions](lab_b_rewards.ipynb) and the KL part of [Lab C · Reading the debug metrics](lab_c_metrics.ipynb); [Chapter 6 · DPO](06_dpo.ipynb): the same comparisons, no reward model and no rollout. [Chapter 1 · PPO](01_ppo.ipynb) and [Chapter 2 · GAE](02_gae.ipynb) for the optimiser used in stage 3. Back to [the reading map](index.md). |
 #
-# Run time: about 4 minutes on 2 CPU cores (a reward model, a numeric experiment, nine short PPO runs).
-# With `MINIRL_FAST=1` everything shrinks.
+# Run time: 7.7 minutes in the run shown here, on 2 CPU cores (a reward model, a numeric experiment, nine
+# short PPO runs; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`
+# everything shrinks.
 
 # %%
 import json
@@ -76,8 +77,10 @@ print(json.dumps(json.loads((TASK / "preference.json").read_text())["train"], in
 #   human labels are.
 #
 # The comparisons are in TRL's preference layout (`prompt`, `chosen`, `rejected`), the hidden gold
-# beside them for our analysis only. The printout above: of the 1585 training pairs, 899 have one
-# right and one wrong answer, and there the label agrees with the gold 87% of the time.
+# beside them for our analysis only. The printout above: of the 1863 training pairs, 590 have one
+# right and one wrong answer, and there the label agrees with the gold in 0.86 of them. The SFT model
+# is weak in this run: 0.19 of its answers in the pairs are right (`gold_mean`), so most pairs are two
+# wrong answers, labelled by a coin.
 #
 # The premise, measured on the SFT model's own answers in these pairs: does working pay?
 
@@ -96,12 +99,13 @@ for p in pairs[2:6]:
           f"{p['rejected'][0]['content']!r:48} (gold {p['rejected_gold']:.0f})")
 
 # %% [markdown]
-# Working pays for this model: worked answers are right about half the time, direct ones about a
-# third. So in the comparisons **the longer answer wins 60% of the time**, although nobody rewards
-# length. This is the realistic flaw: in human preference data longer answers win more often too
-# (Singhal et al., 2023, "A Long Way to Go"), and a reward model can learn "longer is better" instead
-# of "right is better". Length helps here only up to a point: an answer cut off at the token budget
-# (48 tokens) has no final answer and scores 0.
+# Working pays a little for this model in this run: worked answers are right 0.227 of the time, direct
+# ones 0.147. So where a worked and a direct answer meet, **the longer answer is chosen in 0.532 of the
+# pairs**, a slight lean, although nobody rewards length (most of these pairs are two wrong answers and
+# a coin decides). This is the realistic flaw: in human preference data longer answers win more often
+# too (Singhal et al., 2023, "A Long Way to Go"), and a reward model can learn "longer is better"
+# instead of "right is better". Length helps here only up to a point: an answer cut off at the token
+# budget (48 tokens) has no final answer and scores 0.
 #
 # ## 2. The formulas
 #
@@ -154,8 +158,9 @@ ax.grid(alpha=0.3)
 plt.show()
 
 # %% [markdown]
-# A held-out accuracy near 0.6 looks poor, but the labels cap it: 43% of the held-out pairs are two
-# right or two wrong answers, labelled by a coin. Split the held-out pairs by what separates them:
+# A held-out accuracy of 0.534 (and a loss of 0.691, close to a coin's $\ln 2$) looks like nothing was
+# learned, but the labels cap it: 0.644 of the held-out pairs are two right or two wrong answers,
+# labelled by a coin. Split the held-out pairs by what separates them:
 
 # %%
 rm = reward_model.load_reward_model(rm_dir)
@@ -189,10 +194,11 @@ for name, select, truth in [
 
 # %% [markdown]
 # **Where the reward model is wrong.** When a worked answer and a direct one meet, the reward model
-# prefers the worked one in 99% of the held-out pairs, whatever the gold says. When the longer answer
-# is the right one it is always right (44 of 44); when the shorter answer is right it is always wrong
-# (0 of 7). It learned the shortcut the comparisons offered: *longer is better*. On the pairs the gold
-# decides it agrees with the gold 73% of the time, below the labellers' 87%.
+# prefers the worked one in 0.95 of the 92 held-out pairs, whatever the gold says. When the longer
+# answer is the right one it is always right (19 of 19); when the shorter answer is right it is always
+# wrong (0 of 8). It learned the shortcut the comparisons offered, and sharpened it: a lean of 0.532 in
+# the training labels became *longer is better* in 0.95 of its rankings. On the 68 pairs the gold
+# decides it agrees with the gold in 0.63 of them, below the labellers' 0.86.
 #
 # ## 4. The leash: estimating KL from samples
 #
@@ -235,8 +241,8 @@ for distance in sorted({distance for distance, *_ in rows}):
 
 # %% [markdown]
 # Read the columns. `kl` (k1) is unbiased at every distance. `low_var_kl` (k3) is unbiased while the
-# distributions are close, with a standard deviation 18 times smaller than k1's at distance 0.1 and
-# about 5 times smaller at 0.5, the regime RL runs in. Far apart (distance 2) it falls short by 0.47:
+# distributions are close, with a standard deviation 18.1 times smaller than k1's at distance 0.1 and
+# 4.6 times smaller at 0.5, the regime RL runs in. Far apart (distance 2) it falls short by 0.47:
 # verl clamps each token's k3 to 10, and the rare tokens that $\pi_{\text{ref}}$ likes far more than
 # $\pi$ carry the mean. `mse` (k2) matches the KL to second order, so it is close when the
 # distributions are close and drifts away as they separate (+0.10 at distance 1, +1.32 at 2); `abs`
@@ -346,27 +352,37 @@ for beta, seed, step, m in sorted(((beta, seed, step, m) for beta, measured in p
     print(f"  beta={beta} seed {seed} step {step}: KL {m['kl']:.2f}, proxy {m['proxy']:+.3f}, gold {m['gold']:.3f}")
 
 # %% [markdown]
-# What happened, 3 seeds each (the printouts above are this run's numbers):
+# What happened in this run, 3 seeds each (the printouts above):
 #
-# - **The proxy rises in every run, by about the same amount** (`critic/score/mean` from about -0.84 to
-#   -0.71): all policies move to worked answers, which the reward model likes, and which are in fact
-#   more often right. The leash does not stop that move; it is cheap in KL.
-# - **Without the leash the gold falls.** On the answers written during training, the share of right
-#   answers ends at 0.32 for $\beta = 0$ (seeds 0.27 to 0.38) against 0.47 ($\beta = 0.01$) and 0.52
-#   ($\beta = 0.05$), a gap beyond the seed spread; the two leashes do not differ beyond theirs. On the
-#   held-out prompts the unleashed policies are 3.6 to 13 nats (per answer) away from the SFT model and
-#   right 11% to 43% of the time, against the SFT model's 50%; with $\beta = 0.05$ they are 0.5 to 0.8
-#   nats away and right 57% of the time (all three seeds). A share of 200 answers has a standard error of
-#   about 0.035, so the unleashed fall is far outside it, while the leashed gain over the SFT model (0.065,
-#   about two standard errors) is likely but not certain.
-# - **The figure of Gao et al., on a laptop.** Against $\sqrt{\mathrm{KL}}$, the proxy jumps from the SFT
-#   model's -0.83 to about -0.72 within the first nat and then stays there, while the gold rises over that
-#   first nat and then falls far below where it started. The unleashed policies' extra distance bought no
-#   proxy at all (-0.71 to -0.73, the same as the leashed ones): they wander where the reward model
-#   does not look, and the gold pays for it.
-# - **What the unleashed policy writes.** The samples below: mostly the worked form, because the reward
-#   model rewards the form; the arithmetic inside is sometimes garbled (`3+4: 0+0=0, 3+4=8`), because
-#   the reward model barely checks it.
+# - **The proxy rises in every run, and further the weaker the leash.** `critic/score/mean` starts at
+#   -0.168 (seeds -0.173 to -0.166) and ends at -0.105 for $\beta = 0$ (seeds -0.119 to -0.082), -0.121
+#   for $\beta = 0.01$ (-0.126 to -0.115) and -0.129 for $\beta = 0.05$ (-0.133 to -0.127): $\beta = 0$
+#   ends above $\beta = 0.05$ beyond the seed spread, while $\beta = 0$ and $\beta = 0.01$ overlap. All
+#   policies write longer answers, toward the worked form the reward model likes (on the held-out prompts 30.2
+#   tokens for the SFT model; at step 20, 34.4 to 35.9 with $\beta = 0.05$, 37.9 to 38.4 with
+#   $\beta = 0.01$, 38.3 to 46.8 with $\beta = 0$). The leash does not stop that move; it is cheap in KL.
+# - **Without the leash the gold collapses.** On the answers written during training, the share of
+#   right answers ends at 0.034 for $\beta = 0$ (seeds 0.000 to 0.094) against 0.250 for $\beta = 0.01$
+#   (0.219 to 0.281) and 0.221 for $\beta = 0.05$ (0.211 to 0.227): $\beta = 0$ is below both beyond
+#   the seed spread; the two leashes are within noise of each other. On the held-out prompts at step 20,
+#   the unleashed policies are 20.8 to 148 nats (per answer) away from the SFT model and right 0.000 to
+#   0.065 of the time, against the SFT model's 0.225; with $\beta = 0.05$ they are 0.70 to 1.00 nats away
+#   and right 0.265 to 0.285 of the time. A share of 200 answers has a standard error of 0.030: the
+#   unleashed fall (-0.202, seeds -0.225 to -0.160) is -6.8 standard errors, far outside it. The leashed
+#   gains over the SFT model, +0.052 for $\beta = 0.05$ (seeds +0.040 to +0.060, 1.7 standard errors)
+#   and +0.035 for $\beta = 0.01$ (1.2 standard errors), are within noise: the leash kept the gold,
+#   and this run does not show that it raised it.
+# - **The figure of Gao et al., on a laptop.** Against $\sqrt{\mathrm{KL}}$, on the held-out prompts:
+#   the proxy moves from the SFT model's -0.157 to between -0.141 and -0.121 for every leashed
+#   checkpoint (KL up to 3.30 nats), and the unleashed checkpoints (8.18 nats and beyond) score -0.139
+#   to -0.074, most of them in the same band and the farthest one highest. The gold goes the other way:
+#   0.185 to 0.285 for the leashed checkpoints, 0.000 to 0.155 for the unleashed ones, every one of them
+#   below the SFT model's 0.225. The unleashed policies' extra distance bought little proxy and cost
+#   almost all the gold: they wander where the reward model does not look.
+# - **What the unleashed policy writes.** The samples below (seed 0, step 20): all eight imitate the
+#   worked form (several sums in a row), which the reward model rewards; the arithmetic inside is garbled
+#   (`3+4: 0+0+0=20, 3+5=9, 0+19=29 #### 1`), some even copy the question wrong (`3+28` becomes `4+28`),
+#   and all eight are wrong, because the reward model barely checks the arithmetic.
 
 # %%
 from minirl.rollout import generate_sequences

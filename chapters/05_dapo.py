@@ -24,7 +24,8 @@
 # | **verl source** | `verl/trainer/ppo/core_algos.py::agg_loss` (`actor_rollout_ref.actor.loss_agg_mode`), `compute_policy_loss_vanilla` (`clip_ratio_low`, `clip_ratio_high`), `compute_grpo_outcome_advantage` (`algorithm.norm_adv_by_std_in_grpo`); `verl/experimental/reward_loop/reward_manager/dapo.py::DAPORewardManager.run_single` (overlong shaping); `verl/trainer/ppo/v1/replay_buffer.py::ReplayBuffer._dapo_filtered_keys` (dynamic sampling, `algorithm.filter_groups.*`); `docs/algo/dapo.md`. |
 # | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb) for `loss_agg_mode` and `norm_adv_by_std_in_grpo` in the whole config; [Chapter 8 · DeepSeek-R1](08_r1.ipynb) for the task and the verifier; [Chapter 4 · GRPO](04_grpo.ipynb) for the advantage; [Chapter 1 · PPO](01_ppo.ipynb) for the clip. Back to [the reading map](index.md). |
 #
-# Run time: about 4.5 minutes on 2 CPU cores (24 short training runs, two at a time). With `MINIRL_FAST=1`
+# Run time: 13.6 minutes in the run shown here, on 2 CPU cores with other jobs sharing them (24 short training
+# runs, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`
 # everything shrinks to a few steps.
 
 # %%
@@ -121,18 +122,19 @@ for key in ("minirl/zero_spread_group_frac", "actor/entropy", "response_length/c
           f"highest step {spread([max(curve(r, key)) for r in runs['grpo']])}")
 
 # %% [markdown]
-# The three problems DAPO names, in the plain run:
+# The three problems DAPO names, in the plain run (3 seeds; the printout above, from this run):
 #
 # - **Groups with no signal.** When all 8 answers to a prompt are right (or all wrong), every advantage in
 #   the group is 0. As the policy improves, more groups are all right: the share tends to rise over
-#   training (0.12-0.38 of the groups at the last step), and those answers cost generation time and teach
-#   nothing.
-# - **Entropy collapse.** The per-token entropy falls from about 0.15 to about 0.04 in 14 steps: the
-#   policy becomes nearly deterministic, and a nearly deterministic policy samples the same answer 8
-#   times (which also makes more groups uninformative).
+#   training, unevenly, from 0.042 of the groups at the first step (seeds 0.000-0.125) to 0.250 at the last
+#   (seeds 0.125-0.312), and those answers cost generation time and teach nothing.
+# - **Entropy collapse.** The per-token entropy falls from 0.162 (seeds 0.152-0.179) to 0.041 (seeds
+#   0.035-0.048) in 14 steps: the policy becomes nearly deterministic, and a nearly deterministic policy
+#   samples the same answer 8 times (which also makes more groups uninformative).
 # - **Answers at the limit.** A 4-term worked answer is 42-48 tokens, so some answers reach the 48-token
-#   budget (8-18% of them at the last step, more at some earlier steps). verl's `response_length/clip_ratio` counts answers whose
-#   length equals the budget, cut off or not; with a tighter budget (section 6) they are cut off.
+#   budget: 0.060 of them at the first step (seeds 0.031-0.086), 0.154 at the last (seeds 0.094-0.211), and
+#   0.362 at each seed's worst step (seeds 0.328-0.414). verl's `response_length/clip_ratio` counts answers
+#   whose length equals the budget, cut off or not; with a tighter budget (section 6) they are cut off.
 #
 # ## 2. The formulas, ingredient by ingredient
 #
@@ -215,20 +217,21 @@ print(compare_table(loss_modes, "minirl/response_length/wrong_mean"))
 print(compare_table(loss_modes, "val-core/minirl/chain_sum/acc/mean@8"))
 
 # %% [markdown]
-# What we saw (3 seeds, 14 steps):
+# What we saw (3 seeds, 14 steps, in this run):
 #
 # - **The mechanism is there:** on the sampled batch above, `seq-mean-token-mean` pushes a short wrong
-#   answer's tokens about 6 times harder than a long wrong answer's; `token-mean` and Dr.GRPO's constant
-#   treat them about the same (ratios 1.1 and 1.2; the small difference comes from the advantages).
-# - **The training effect is not visible here.** The length of the wrong answers ends at 39-42 tokens
-#   under all three modes, within the seed spread. On this task a wrong answer's length is set by its
-#   style (worked, about 40 tokens, or direct, 8) and every mode moves the policy to the worked style at
-#   the same pace. The length bias matters when an answer can grow *within* a style, as a real model's
-#   reasoning can (the Dr.GRPO paper's long, repetitive wrong answers); a 48-token budget and a task
-#   with one way to work leave no room for it.
-# - Validation accuracy (`mean@8`) ends at 0.60 (token-mean), 0.61 (seq-mean-token-mean) and 0.63
-#   (Dr.GRPO). Dr.GRPO's range (0.62-0.65) lies just above token-mean's (0.596-0.604). The gap is small,
-#   with 3 seeds and 60 prompts; a longer run should confirm it before you rely on it.
+#   answer's tokens 5.78 times harder than a long wrong answer's; `token-mean` and Dr.GRPO's constant
+#   treat them about the same (ratios 1.11 and 1.09; the small difference comes from the advantages).
+# - **The training effect is not visible here.** The length of the wrong answers ends at 37.7 tokens on
+#   average under `token-mean` (seeds 36.3-39.1), 38.4 under `seq-mean-token-mean` (seeds 37.8-38.8) and
+#   36.6 under Dr.GRPO (seeds 35.7-38.5): the ranges overlap, so within noise. On this task a wrong answer's
+#   length is set by its style (worked, about 40 tokens, or direct, 8) and every mode moves the policy to
+#   the worked style at about the same pace (left panel). The length bias matters when an answer can grow
+#   *within* a style, as a real model's reasoning can (the Dr.GRPO paper's long, repetitive wrong answers);
+#   a 48-token budget and a task with one way to work leave no room for it.
+# - Validation accuracy (`mean@8`) ends at 0.572 (token-mean, seeds 0.554-0.604), 0.596
+#   (seq-mean-token-mean, seeds 0.569-0.619) and 0.599 (Dr.GRPO, seeds 0.531-0.646). The ranges overlap:
+#   no aggregation mode is better than another beyond the seed spread here.
 #
 # ## 4. Clip-higher: does it keep the policy exploring?
 
@@ -246,11 +249,13 @@ for label, seeds_runs in clips.items():
           f"actor/pg_clipfrac mean over steps {spread([np.mean(curve(r, 'actor/pg_clipfrac')) for r in seeds_runs])}")
 
 # %% [markdown]
-# What we saw (3 seeds, 14 steps): the entropy collapses under both settings, from about 0.15 to about
-# 0.04 in 14 steps, and clip-higher changes neither the entropy (0.040 vs 0.038) nor `mean@8` (0.60 vs
-# 0.64) nor `best@8` (0.91 vs 0.92) beyond the seed spread. The clip rarely binds here: about 1% of the
-# tokens meet the clip (`actor/pg_clipfrac`), so raising its upper edge has little to act on. Clip-higher
-# matters when many tokens are clipped, that is when each batch is cut into many mini-batches (DAPO: 16
+# What we saw (3 seeds, 14 steps, in this run): the entropy collapses under both settings, from 0.162 (seeds
+# 0.152-0.179) to 0.041 in 14 steps, and clip-higher changes none of the three beyond the seed spread: the
+# last step's entropy (0.041, seeds 0.035-0.048, vs 0.041, seeds 0.034-0.048), `mean@8` (0.572, seeds
+# 0.554-0.604, vs 0.608, seeds 0.552-0.665) and `best@8` (0.858, seeds 0.845-0.869, vs 0.878, seeds
+# 0.845-0.942). The clip rarely binds here: averaged over the steps, 1.3% of the tokens meet the clip under
+# 0.2 / 0.2 (seeds 1.2-1.4%) and 1.2% under 0.2 / 0.28 (seeds 1.0-1.3%) (`actor/pg_clipfrac`), so raising
+# its upper edge has little to act on. Clip-higher matters when many tokens are clipped, that is when each batch is cut into many mini-batches (DAPO: 16
 # per step) and the policy moves far within a step, on a model whose exploration is worth preserving.
 # What this run does show is the problem DAPO names: entropy collapses fast under plain GRPO.
 #
@@ -260,9 +265,9 @@ for label, seeds_runs in clips.items():
 # generates more prompts until 16 informative groups remain. `minirl/num_gen_batches` counts the
 # generation rounds a step took. A step now costs more generation, so we count the answers *generated*
 # and the seconds, not only the steps. One caution when reading the metrics: with the filter on,
-# `critic/score/mean` and `minirl/acc/mean` describe the *filtered* batch, from which every all-right
-# group was removed; they are lower by construction and not comparable with plain GRPO's. Compare on
-# validation.
+# `critic/score/mean` and `minirl/acc/mean` describe the *filtered* batch, from which every all-right and
+# every all-wrong group was removed; they are pulled toward the middle by construction and not comparable
+# with plain GRPO's. Compare on validation.
 
 
 # %%
@@ -293,16 +298,20 @@ print(f"training seconds, dynamic sampling / grpo: {np.mean(seconds['dynamic sam
       f" (per seed: {spread(seconds['dynamic sampling'])} s against {spread(seconds['grpo'])} s)")
 
 # %% [markdown]
-# What we saw (3 seeds, 14 steps):
+# What we saw (3 seeds, 14 steps, in this run):
 #
-# - With the filter, no trained group is uninformative (0 against 0.12-0.38 for plain GRPO at the last step), at the cost
-#   of two generation rounds per step: 3456 answers generated in 14 steps against 1792.
-# - Here the extra generation is cheap: the step time grows about 10% (17.2 s against 15.5 s of training),
+# - With the filter, no trained group is uninformative at the last step (0.000 in every seed, against 0.250
+#   for plain GRPO, seeds 0.125-0.312), at the cost of 1.786 generation rounds per step on average (seeds
+#   1.571-1.929): 3200 answers generated in 14 steps against 1792.
+# - Here the extra generation is cheap: the training time of the 14 steps grows by a factor of 1.24 (43.5 s
+#   against 35.3 s; seeds 43.0-44.1 s against 34.5-36.5 s, measured while other jobs shared the CPU),
 #   because 8 update passes per step cost more than generating 128 short answers. With long answers on a
 #   real model, generation dominates and dynamic sampling roughly doubles the cost of a step.
-# - Validation accuracy after 14 steps is within the seed spread (`mean@8` 0.64 against 0.60). DAPO's own
-#   ablation credits dynamic sampling with 2 points of AIME accuracy (50% to 52%, `docs/algo/dapo.md`)
-#   over thousands of steps; 14 steps of a tiny model cannot resolve an effect of that size.
+# - Validation accuracy after 14 steps is within the seed spread: `mean@8` 0.580 (seeds 0.540-0.610)
+#   against 0.572 (seeds 0.554-0.604), `best@8` 0.839 (seeds 0.824-0.868) against 0.858 (seeds
+#   0.845-0.869). DAPO's own ablation credits dynamic sampling with 2 points of AIME accuracy (50% to 52%,
+#   `docs/algo/dapo.md`) over thousands of steps; 14 steps of a tiny model cannot resolve an effect of that
+#   size.
 #
 # ## 6. Overlong shaping, with a budget the worked answers exceed
 #
@@ -321,12 +330,20 @@ for key in ("response_length/clip_ratio", "minirl/worked/mean", "minirl/acc/mean
     print(compare_table(overlong, key))
 
 # %% [markdown]
-# What we saw (3 seeds, 14 steps), every difference beyond the seed spread:
+# What we saw (3 seeds, 14 steps, in this run; values at the last step):
 #
-# - The penalty does what it says: answers at the limit fall from 0.12 to 0.005.
-# - It does so by **dropping the reasoning**: the share of worked answers falls from 0.64 to 0.11. Here the
-#   only way to be short is to answer directly, and a direct answer is less often right.
-# - So accuracy **falls**: 0.53 to 0.31 on the training samples, 0.50 to 0.33 on validation (`mean@8`).
+# - The penalty does what it says: answers at the limit fall from 0.099 (seeds 0.070-0.133) to 0.008 (seeds
+#   0.000-0.016), beyond the seed spread.
+# - It does so by **dropping the reasoning**: the share of worked answers ends at 0.016 (seeds 0.000-0.031)
+#   against 0.339 (seeds 0.219-0.547) without the penalty, also beyond the seed spread (middle panel: without
+#   the penalty the share grows over the run, with it the share falls to almost none). Here the only way to
+#   be short is to answer directly.
+# - Accuracy does **not** fall beyond the seed spread in this run: 0.367 (seeds 0.359-0.383) against 0.383
+#   (seeds 0.320-0.438) on the training samples, and 0.354 (seeds 0.342-0.373) against 0.395 (seeds
+#   0.373-0.423) on validation (`mean@8`): lower on average, but the ranges touch, so within noise. A direct
+#   answer is less often right on this task, so fewer worked answers should cost accuracy; here, where even
+#   without the penalty only a minority of the answers end up worked (0.339), 14 steps and 3 seeds do not
+#   resolve that cost.
 #
 # DAPO's setting differs in the one way that matters: its answers can be shortened without losing the
 # reasoning (a long chain of thought has slack), and its budget (20480 tokens) is rarely reached, so the
@@ -351,10 +368,14 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
                              for label, seeds_runs in recipe.items()})
 
 # %% [markdown]
-# What we saw (3 seeds, 14 steps): at this budget, the full recipe is **worse** on validation (`mean@8`
-# 0.41 against 0.50, `best@8` 0.81 against 0.88, both beyond the seed spread), with about twice the answers
-# generated. Sections 3-6 say why: on this task the overlong penalty costs accuracy (section 6) and the
-# other ingredients do not help in 14 steps. A recipe is a set of choices made for a setting (long
+# What we saw (3 seeds, 14 steps, in this run): at this budget, the full recipe is **worse** on validation
+# `mean@8`, 0.337 (seeds 0.304-0.358) against 0.395 (seeds 0.373-0.423), beyond the seed spread; on `best@8`
+# it is within noise (0.734, seeds 0.665-0.816, against 0.776, seeds 0.721-0.814). It generated nearly twice
+# the answers (3285 against 1792). Its higher accuracy on the training samples (0.479 against 0.383, within
+# noise anyway) is not comparable: with dynamic sampling on, that metric describes the filtered batch
+# (section 5). Sections 3-6 do not single out a cause: alone, no ingredient moved validation accuracy beyond
+# the seed spread here, the overlong penalty came closest (section 6: 0.354 against 0.395, ranges touching),
+# and the four together end lower. A recipe is a set of choices made for a setting (long
 # answers with slack, large models, thousands of steps); this chapter's point is to test each choice in
 # yours, with the metric that shows its purpose, before adopting the set.
 #

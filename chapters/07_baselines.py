@@ -24,8 +24,9 @@
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::compute_advantage` (every estimator except GAE and GRPO goes through `core_algos.get_adv_estimator_fn`); `core_algos.py::register_adv_est`; `core_algos.py::compute_rloo_outcome_advantage`, `compute_remax_outcome_advantage`, `compute_reinforce_plus_plus_outcome_advantage`, `compute_reinforce_plus_plus_baseline_outcome_advantage`; `ray_trainer.py::RayPPOTrainer.fit` (for `remax`, one greedy response per prompt, scored into `reward_baselines`); `examples/rloo_trainer/`, `examples/remax_trainer/`, `examples/reinforce_plus_plus_trainer/` (`run_qwen3_8b_fsdp.sh` each). |
 # | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb) first, then compare these estimators; [Chapter 4 · GRPO](04_grpo.ipynb) for the group baseline with a std; [Chapter 2 · GAE](02_gae.ipynb) for a learned baseline per token; back to [the reading map](index.md). |
 #
-# Run time: about 4 minutes on 2 CPU cores (a gradient-variance measurement, then eighteen short runs:
-# six estimators, three seeds each). With `MINIRL_FAST=1` everything shrinks.
+# Run time: 4.8 minutes in the run shown here, on 2 CPU cores that other jobs shared during that run (a
+# gradient-variance measurement, then eighteen short runs: six estimators, three seeds each; the first output
+# names the machine, the last prints the time). With `MINIRL_FAST=1` everything shrinks.
 
 # %%
 import itertools
@@ -157,22 +158,28 @@ for reward, by_name in noise.items():
           f"(mean {sum(group) / len(group):.2f}); cosine of the mean {min(means):.3f}-{max(means):.3f}")
 
 # %% [markdown]
-# Two findings, both larger than anything the 32 draws could blur:
+# Two findings in this run, both factors of four or more, larger than anything the 32 draws could blur:
 #
 # - **With a reward offset, a baseline is essential.** Add 1 to every answer's reward and REINFORCE
-#   without a baseline becomes 5.6 times noisier than RLOO (relative variance 11.5 against 2.04; one
-#   draw's cosine with the reference falls from 0.69 to 0.28): it now pushes up *every* sampled answer,
+#   without a baseline becomes 10.5 times noisier than RLOO (relative variance 38.86 against 3.71; one
+#   draw's cosine with the reference falls from 0.769 to 0.193): it now pushes up *every* sampled answer,
 #   right or wrong, and only the small difference between those pushes carries the signal. Every
-#   baseline removes the offset exactly, so their numbers do not change at all.
-# - **With the task's 0/1 reward, the plain estimator is not the noisy one.** REINFORCE without a
-#   baseline has a relative variance of 1.20, RLOO, GRPO and REINFORCE++-baseline about 2.05, and
-#   ReMax 2.98. Only REINFORCE++ (whitening over the whole batch, 1.08) is as quiet. A baseline is not
-#   a free win; the next cell shows why.
+#   baseline removes the offset exactly (REINFORCE++'s batch whitening too), so their numbers do not
+#   change at all.
+# - **With the task's 0/1 reward, the plain estimator is the quietest.** REINFORCE without a baseline
+#   has a relative variance of 0.74, a fifth of RLOO's (the ratio prints as 0.2); RLOO, GRPO and
+#   REINFORCE++-baseline are at 3.34 to 3.71 (mean 3.46), and ReMax at 3.87, close to RLOO. REINFORCE++
+#   (whitening over the whole batch) lies in between at 2.29. A baseline is not a free win; the next cell
+#   shows why.
 #
-# All estimators point the same way on average (cosine of the mean 0.96 to 0.98 with the reference,
-# against RLOO's own 0.96): at this sample size, no bias in direction is visible. "scale" is how much of
-# the reference gradient each delivers on average: about 1 for the unbiased REINFORCE, RLOO and ReMax,
-# more for the estimators that divide by a standard deviation.
+# With the 0/1 reward all estimators point the same way on average: cosine of the mean 0.920 to 0.986
+# with the reference, RLOO's own mean (unbiased, so only noise keeps it from 1) at 0.920. At this sample
+# size no bias in direction is visible. With the offset, REINFORCE's mean falls to 0.672. It is still
+# unbiased; its noise simply does not average away in 32 draws: a mean of 32 draws with relative
+# variance 38.86 is expected at a cosine of about $1/\sqrt{1 + 38.86/32} \approx 0.67$. "scale" is how
+# much of the reference gradient each delivers on average: 0.94 to 1.04 for the unbiased REINFORCE, RLOO
+# and ReMax with the 0/1 reward, more (1.37 to 2.13) for the estimators that divide by a standard
+# deviation.
 #
 # Why does the plain estimator do so well with the 0/1 reward? The constant baseline that minimises
 # the variance of $(R - b)\,\nabla\log\pi(o)$ is not the mean reward but the mean reward *weighted by
@@ -198,15 +205,16 @@ print("distinct right answers:", len({tuple(r.tolist()) for r in answers["respon
       "| distinct wrong answers:", len({tuple(r.tolist()) for r in answers["responses"][~right]}))
 
 # %% [markdown]
-# A right answer is nearly always the *same* answer (8 distinct right answers for 8 questions), and a
-# likely one: its pull is moderate (439). Wrong answers are diverse (38 distinct) and unlikely, so they
-# pull almost twice as hard (791). The best constant baseline weights the rewards by that pull:
-# $b^* = 0.18$, well below the mean reward 0.28. A baseline near 0 is close to optimal here, and
-# REINFORCE's $b = 0$ is such a baseline. RLOO's baseline is worse on two counts: on average it is the
-# mean reward (0.28, past $b^*$), and it is itself noisy, estimated from 3 other answers. ReMax's greedy
-# baseline is 0 or 1, the noisiest of all. REINFORCE++'s batch mean is 0.28 too, but estimated from all
-# 32 answers, so it adds little noise. With rewards that are rarely 0 (partial credit, format bonuses,
-# a reward model's scores) the balance turns, as the offset panel shows.
+# In this sample, 0.32 of the answers are right. A right answer is nearly always the *same* answer (7
+# distinct right answers across the 8 questions), and a likely one: its pull is moderate (260.3). Wrong
+# answers are diverse (39 distinct) and unlikely, so they pull 12.8 times as hard (3328.1). The best
+# constant baseline weights the rewards by that pull: $b^*$ is 0.036, far below the mean reward 0.320. A
+# baseline near 0 is close to optimal here, and REINFORCE's $b = 0$ is such a baseline. RLOO's baseline
+# is worse on two counts: on average it is the mean reward (about 0.32, far past $b^*$), and it is itself
+# noisy, estimated from 3 other answers. ReMax's greedy baseline is 0 or 1, noisy too (3.87 above, close
+# to RLOO's 3.71). REINFORCE++'s batch mean is also about 0.32, but estimated from all 32 answers, so it
+# adds less noise: 2.29, between REINFORCE and RLOO. With rewards that are rarely 0 (partial credit,
+# format bonuses, a reward model's scores) the balance turns, as the offset panel shows.
 #
 # ## 3. Unbiased and biased baselines, exactly
 #
@@ -324,17 +332,23 @@ for name, runs in learning.items():
 # %% [markdown]
 # What the curves say (3 seeds, 20 steps; the table above is this run's):
 #
-# - **Most estimators learn alike.** GRPO, RLOO, REINFORCE++, REINFORCE++-baseline and even REINFORCE
-#   without a baseline end between 0.58 and 0.60, within each other's seed spread. The gradient-noise
-#   differences of section 2 are real, but Adam normalises each step and 20 steps of 256 responses
+# - **All six learn alike, within noise.** GRPO and REINFORCE++ end at 0.590 (seeds 0.56 to 0.63 and
+#   0.54 to 0.66), RLOO at 0.580 (0.57 to 0.59), REINFORCE++-baseline at 0.577 (0.57 to 0.58), and even
+#   REINFORCE without a baseline at 0.573 (0.50 to 0.64). The table finds every pair within noise. So
+#   REINFORCE's much lower gradient noise in section 2 (0.74 against 3.34 to 3.71) does not show in
+#   accuracy here; a likely reason is that Adam normalises each step and 20 steps of 256 responses
 #   average a lot of noise away.
-# - **ReMax is last**: 0.543 (seeds 0.52 to 0.58), below GRPO's 0.603 (0.59 to 0.62) beyond the spread;
-#   against the others the ranges overlap. It had the noisiest gradient in section 2.
-# - **Cost.** ReMax's `timing_s/gen` is 0.143 s per step against 0.112 to 0.128 s for the others: its
-#   greedy answers are a second, smaller generation call (on GPUs verl sends them in the same request
-#   as the samples). The whole step, 0.49 to 0.54 s, is the same for all six within run-to-run noise,
-#   so the seconds axis tells the same story as the steps. Per response generated ReMax is further
-#   behind: after 20 steps it has generated 5760 responses to the others' 5120.
+# - **ReMax ends lowest, but within noise**: 0.543 (seeds 0.52 to 0.57) against GRPO's 0.590 (0.56 to
+#   0.63); the ranges overlap, with every other estimator too. It had the highest relative variance in
+#   section 2, though close to RLOO's.
+# - **Cost.** ReMax's `timing_s/gen` is 0.272 s per step (seeds 0.251 to 0.287 s) against 0.189 to
+#   0.214 s for the others (no seed of theirs above 0.241 s): its greedy answers are a second, smaller
+#   generation call (on GPUs verl sends them in the same request as the samples). Its whole step,
+#   0.752 s (seeds 0.705 to 0.780 s), is longer than the others' 0.643 to 0.717 s, mostly by that
+#   generation; its seed range overlaps only REINFORCE++-baseline's (0.669 to 0.780 s). Other jobs
+#   shared the two CPU cores during this run, so these times carry extra noise from that sharing. On the
+#   seconds axis ReMax's curve runs furthest right. Per response generated it also pays more:
+#   after 20 steps it has generated 5760 responses to the others' 5120.
 #
 # ## 6. verl ↔ minirl
 #

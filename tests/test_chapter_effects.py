@@ -46,9 +46,11 @@ def test_chapter1_without_the_clip_the_policy_collapses(tmp_path):
     collapsed = run(tmp_path, *aggressive, *unclipped, name="unclipped")
     print(f"MEASURED ch1_val_clipped {clipped[-1][VAL]:.3f}\nMEASURED ch1_val_unclipped {collapsed[-1][VAL]:.3f}\n"
           f"MEASURED ch1_ppo_kl_ratio {collapsed[-1]['actor/ppo_kl'] / clipped[-1]['actor/ppo_kl']:.2f}")
-    assert collapsed[-1][VAL] <= 0.05, f"unclipped PPO did not collapse: {collapsed[-1][VAL]}"
+    # Over warm starts 1-4 (bench/effect_spread.py; they start at 0.41-0.765): unclipped 0.00-0.06, clipped
+    # 0.27-0.55, unclipped ppo_kl 2.5-5.0x the clipped run's. The margins sit inside those ranges.
+    assert collapsed[-1][VAL] <= 0.1, f"unclipped PPO did not collapse: {collapsed[-1][VAL]}"
     assert clipped[-1][VAL] >= 0.2, f"clipped PPO fell too: {clipped[-1][VAL]}"
-    assert collapsed[-1]["actor/ppo_kl"] > 1.5 * clipped[-1]["actor/ppo_kl"]  # 0.29 vs 0.12 on an AVX-512 Xeon
+    assert collapsed[-1]["actor/ppo_kl"] > 1.5 * clipped[-1]["actor/ppo_kl"]
 
 
 def test_chapter2_gae_variance_falls_and_bias_rises_as_lambda_falls(warm):
@@ -70,7 +72,7 @@ def test_chapter2_gae_variance_falls_and_bias_rises_as_lambda_falls(warm):
 def test_chapter7_a_baseline_pays_off_only_when_rewards_have_an_offset(warm):
     """Chapter 7, at equal samples on 8 questions: with a +1 bonus on every answer, REINFORCE without a
     baseline is several times noisier than RLOO (whose advantages ignore the offset); with the task's 0/1
-    reward it is not noisier at all (right answers are alike, wrong ones diverse and pull harder)."""
+    reward it is about as noisy (right answers are alike, wrong ones diverse and pull harder)."""
     _, tokenizer, policy, rows = warm
 
     @register_adv_est("test_reinforce_no_baseline")
@@ -93,8 +95,10 @@ def test_chapter7_a_baseline_pays_off_only_when_rewards_have_an_offset(warm):
     print(f"MEASURED ch7_offset_noise_ratio {noise['+1', 'test_reinforce_no_baseline'] / noise['+1', 'rloo']:.2f}\n"
           f"MEASURED ch7_plain_noise_ratio {noise['0/1', 'test_reinforce_no_baseline'] / noise['0/1', 'rloo']:.2f}")
     assert torch.allclose(plain["rloo"], offset["rloo"], atol=1e-6), "RLOO's advantages must ignore a constant"
+    # Over warm starts 1-3 (bench/effect_spread.py) the +1 offset made REINFORCE 5.7-16x noisier than RLOO, while
+    # with the 0/1 reward it was 0.30-1.12x: comparable, sometimes quieter. The margins sit between the two.
     assert noise["+1", "test_reinforce_no_baseline"] > 3 * noise["+1", "rloo"], noise
-    assert noise["0/1", "test_reinforce_no_baseline"] < noise["0/1", "rloo"], noise
+    assert noise["0/1", "test_reinforce_no_baseline"] < 2 * noise["0/1", "rloo"], noise
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,7 +280,7 @@ def test_chapter9_bypass_mode_recovers_a_run_that_stale_weights_degrade(tmp_path
           f"MEASURED ch9_val_bypass {recovered[-1][VAL]:.3f}")
     assert max(r.get("training/rollout_probs_diff_mean", 0) for r in on_policy) < 1e-5
     assert max(r.get("training/rollout_probs_diff_mean", 0) for r in degraded) > 0.01
-    # on an AVX-512 Xeon this seed's stale run lost only 0.02 (0.465 vs 0.485): the direction is asserted here, the
-    # size of the loss is measured over 3 seeds in the chapter
+    # over warm starts 1-4 (bench/effect_spread.py) the stale run lost 0.015-0.10 and bypass regained 0.06-0.17:
+    # the direction holds on every one, the size does not, so the direction is asserted (the chapter has 3 seeds)
     assert degraded[-1][VAL] < on_policy[-1][VAL], (degraded[-1][VAL], on_policy[-1][VAL])
     assert recovered[-1][VAL] > degraded[-1][VAL], (recovered[-1][VAL], degraded[-1][VAL])

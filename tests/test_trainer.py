@@ -69,16 +69,24 @@ def test_cli_reports_config_errors_without_a_traceback():
 # It learns: seeded runs from the cached warm start on the tiny task
 # ----------------------------------------------------------------------------------------------
 
-# validation (greedy) accuracy must rise by at least this much: 0.45 -> 0.555 (remax) to 0.59 (grpo) and more on
-# an AVX-512 Xeon; seeded trajectories differ between CPUs, so the margin leaves room below the weakest estimator
-MARGIN = 0.08
-STEPS = 40
+# Validation (greedy) accuracy must rise by at least MARGIN in `make demo`'s setting (60 steps at lr 2e-4). On
+# another CPU the warm start is another model, so the margin comes from a spread over warm starts (SFT seeds
+# stand in for machines; bench/effect_spread.py): see the docstring of the test for the measured gains.
+MARGIN = 0.05
+STEPS = 60
+LR = "2e-4"
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus", "remax", "gae"])
 def test_estimator_raises_validation_accuracy(tmp_path, estimator):
+    """Every estimator learns, from whichever warm start this CPU builds.
+
+    At the trainer's default lr (1e-4) for 40 steps, the slowest-learning warm start (SFT seed 2) gained only
+    +0.03 to +0.075 with the five estimators: not a margin that holds on every machine. In this setting it gained
+    +0.125 to +0.145, except ReMax's +0.065 (warm start 1, which starts at 0.765: +0.14 to +0.155). MARGIN sits
+    below the smallest, above one standard error of an accuracy on 200 prompts (about 0.035)."""
     history = run(tmp_path, f"algorithm.adv_estimator={estimator}", f"trainer.total_training_steps={STEPS}",
-                  f"trainer.test_freq={STEPS}")
+                  f"trainer.test_freq={STEPS}", f"actor_rollout_ref.actor.optim.lr={LR}")
     before, after = history[0][VAL], history[-1][VAL]
     print(f"MEASURED {estimator}_gain {after - before:+.3f}")  # bench/effect_spread.py collects these
     assert after - before >= MARGIN, f"{estimator}: validation accuracy {before:.3f} -> {after:.3f}"
