@@ -24,8 +24,9 @@
 # | **verl source** | None in the PPO trainer: DPO does not go through `RayPPOTrainer.fit()` (no rollout, no reward, no advantage). verl 0.9.1's wheel has no DPO loss; `docs/advance/dpo_extension.rst` shows how to write an online DPO with verl's single-controller API. The reference implementation is TRL's `DPOTrainer`, which `minirl/dpo.py` matches number for number. |
 # | **Where next** | [Chapter 3 · InstructGPT](03_rlhf.ipynb) for the reward model and PPO this replaces; [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) for online methods without a critic. Back to [the reading map](index.md). |
 #
-# Run time: about 4 minutes on 2 CPU cores (a reward model and three PPO runs to compare with, DPO runs
-# with three seeds, a beta sweep). With `MINIRL_FAST=1` everything shrinks.
+# Run time: 5.4 minutes in the run shown here, on 2 CPU cores that other jobs shared during the run (a
+# reward model and three PPO runs to compare with, DPO runs with three seeds, a beta sweep; the first
+# output names the machine, the last prints the run time). With `MINIRL_FAST=1` everything shrinks.
 
 # %%
 from pathlib import Path
@@ -59,8 +60,10 @@ print(f"SFT model on {len(test_rows)} held-out prompts (sampled answers): gold {
 # memory, and the reward model's blind spots to guard against. DPO (Rafailov et al., 2023) needs the
 # policy and the reference, and the reference's log-probs of the pairs can be computed once before
 # training. The data are the same comparisons as in Chapter 3: two answers of the SFT model per
-# prompt, labelled by a noisy Bradley-Terry draw from the hidden gold reward, with the flaw that the
-# longer (worked) answer wins 60% of the time.
+# prompt, labelled by a noisy Bradley-Terry draw from the hidden gold reward, with a flaw: the longer
+# (worked) answer tends to win (Chapter 3, section 1, measures the lean; it is slight in this run). The
+# SFT model is weak in this run: 0.225 of its sampled answers to the held-out prompts are right (the
+# first output), so most pairs are two wrong answers, and a coin decides their label.
 #
 # ## 2. The formula, derived in four lines
 #
@@ -107,9 +110,10 @@ print(f"policy = reference: {same.item():.3f}   moved: {moved.item():.3f}   impl
 # log-probs of every pair are computed once (TRL's `precompute_ref_log_probs`), then each step takes
 # 64 pairs, runs chosen and rejected answers through the policy in one forward pass, and logs TRL's
 # metrics. It runs through accelerate like the RL trainer. Here: $\beta = 0.1$, learning rate 1e-4,
-# 3 epochs over the 1585 training pairs (75 steps), 3 seeds (the seed changes the order of the pairs).
-# Every 24 steps (about an epoch) the policy answers the held-out prompts, and the gold reward and the KL
-# to the SFT model (per answer) are measured on those answers.
+# 3 epochs over the 1863 training pairs (30 steps an epoch, 90 in all), 3 seeds (the seed changes the
+# order of the pairs). Every 24 steps, and at the end, the policy answers the 200 held-out prompts, and
+# the gold reward and the KL to the SFT model (per answer) are measured on those answers; step 24 is the
+# evaluation nearest to one epoch.
 
 # %% tags=["central-figure"]
 EPOCHS = 1 if fast_mode() else 3
@@ -174,31 +178,36 @@ for seed, history in main.items():
           f"held-out eval_rewards/accuracies: {', '.join(held_out)}")
 
 # %% [markdown]
-# What the curves show (3 seeds; the printout has this run's numbers):
+# What the curves show in this run (3 seeds; the printouts are this run's numbers):
 #
-# - **DPO raises the gold reward**, from the SFT model's 0.505 to 0.715-0.730 at each seed's best
-#   evaluation, with no reward model and no sampling during training.
-# - **Likelihood displacement** (Razin et al., 2024). The training margin grows all along (the held-out one
-#   ends at 0.17-0.20), yet
-#   *both* held-out log-probs fall from the first evaluation on: the chosen answers go from -2.13 under the SFT
-#   model to about -4.2 to -4.6, the rejected ones from -2.81 to about -6.6 to -7.2. DPO only constrains
-#   the difference; the probability went to answers that were in no pair. Here that is partly what we
-#   want (the policy moves toward worked answers in general, not toward these exact strings) and partly
-#   not (the next point).
-# - **Training longer over-fits the pairs.** The training margins keep growing, the held-out accuracy
-#   only creeps from about 0.63 to 0.66, the KL keeps growing (0.6 after one epoch, 1.9 after three),
-#   and the gold reward falls back from its peak: 0.675-0.705 after three epochs, below the 0.715-0.720
-#   after one in every seed. That drop is about one standard error of the evaluation (below), so it is a
-#   hint, not a finding; the growing KL is the clear part. `rewards/accuracies` on the training batches
-#   says nothing about either.
-# - **The length flaw is learned too.** Answers grow from 29 to 35 tokens: the comparisons prefer worked
-#   answers (Chapter 3, section 1), and DPO fits that preference as the reward model did.
+# - **The gold reward rises a little, then falls back.** Every seed's best evaluation scores 0.280
+#   (step 24 for seeds 0 and 2, step 48 for seed 1), against the SFT model's 0.225, with no reward
+#   model and no sampling during training. The best of four evaluations flatters: at a fixed step the
+#   gain is within noise (section 5).
+# - **Likelihood displacement** (Razin et al., 2024). The training margin grows all along (its mean per
+#   epoch is 0.00, then 0.05-0.07, then 0.11 in every seed), while the held-out one ends barely above
+#   zero (0.006-0.017). Yet *both* held-out log-probs fall from the first evaluation on: the chosen
+#   answers go from -3.53 under the SFT model to -4.96 to -5.04, the rejected ones from -4.07 to -5.63
+#   to -5.69. DPO only constrains the difference; the probability went to answers that were in no pair.
+#   Here that is partly what we want (the policy moves toward worked answers in general, not toward
+#   these exact strings) and partly not (the next point).
+# - **Training longer fits the training pairs, not the held-out ones.** The training margins keep
+#   growing, but the held-out accuracy stays near a coin's, 0.476 to 0.565 over all evaluations and
+#   0.518-0.534 at the end (most held-out pairs are two right or two wrong answers, labelled by a coin:
+#   Chapter 3, section 3). The KL keeps growing: 0.46 (seeds 0.38-0.55) at step 24, 1.79 (1.69-1.84)
+#   after three epochs. The gold after three epochs, 0.240 (seeds 0.230-0.250), is below the 0.267 (0.240-0.280) at
+#   step 24, but not in every seed (-0.040, +0.010, -0.050), and by less than one standard error
+#   (0.035, below): within noise. The growing KL is the clear part. `rewards/accuracies` on the training
+#   batches says nothing about either.
+# - **The answers get longer.** From 30.2 tokens (SFT model) to 31.3 at step 24 and 33.6 (seeds
+#   33.4-33.7) after three epochs: the comparisons lean toward worked answers (Chapter 3, section 1),
+#   and DPO fits that lean as the reward model does (reward model + PPO: 34.9 tokens, section 5).
 #
 # ## 5. The experiment: SFT, reward model + PPO, and DPO on the same comparisons
 #
 # Reward model + PPO is Chapter 3's stage 3 with its leash, $\beta = 0.05$, 20 steps (PPO with GAE, the
-# critic from the reward model), 3 seeds. DPO is the run above, after one epoch (its best region) and
-# after three. All are measured the same way: 200 held-out prompts, one sampled answer each, gold
+# critic from the reward model), 3 seeds. DPO is the run above, after about one epoch (the evaluation
+# at step 24) and after three. All are measured the same way: 200 held-out prompts, one sampled answer each, gold
 # reward and KL to the SFT model per answer.
 
 # %%
@@ -253,19 +262,27 @@ for seed, history in main.items():
 # **How precise these numbers are.** Each gold number is the share of right answers among 200 sampled
 # answers, so it carries a binomial standard error of about $\sqrt{0.5 \cdot 0.5 / 200} \approx 0.035$
 # on top of the seed spread (every policy is evaluated on the same prompts with the same sampling seed,
-# which is why seeds can agree exactly). Only differences of about two standard errors (0.07) or more
-# are claimed below.
+# which is why seeds can agree exactly: seeds 0 and 2 of DPO both score 0.280 at step 24). Only
+# differences of about two standard errors (0.07) or more are claimed below.
 #
-# **What this comparison shows, and what it does not.** On this task, with these settings, DPO after one
-# epoch raises the gold reward from the SFT model's 0.505 to 0.72 (seeds 0.715-0.720), six standard
-# errors, using nothing but the comparisons, and beats reward model + PPO (0.57, seeds 0.565-0.575) by
-# four. PPO's own gain over the SFT model (0.065) is about two standard errors: likely, not certain. The
-# KL to the SFT model is similar (0.6 nats per answer for both). It does
-# **not** show that one method is better in general: one tiny model, one task, one budget, and
+# **What this comparison shows, and what it does not.** In this run neither method moves the gold
+# beyond the noise. After one epoch DPO scores 0.267 (seeds 0.240-0.280) against the SFT model's 0.225:
+# +0.042, 1.2 standard errors. Reward model + PPO scores 0.277 (seeds 0.265-0.285): +0.052, 1.5
+# standard errors. DPO minus PPO is -0.010 (-0.3 standard errors): the two are within noise of each
+# other. Every seed of both ends above the SFT model, so a small gain is likely, but this run does not
+# establish it. What does differ beyond the seed spread is the distance: after one epoch DPO is 0.46
+# nats per answer from the SFT model (seeds 0.38-0.55), PPO 0.89 (0.70-1.00), and DPO after three
+# epochs 1.79 (1.69-1.84), for no more gold (0.240, seeds 0.230-0.250). What DPO gained, it gained
+# from the comparisons alone: no reward model and no sampling during training.
+#
+# It does **not** show that one method is better in general: one tiny model, one task, one budget, and
 # hyperparameters (PPO's learning rate, steps and $\beta$, DPO's $\beta$ and epochs) that were not tuned
-# for each. Part of PPO's handicap is visible in Chapter 3: its reward model agrees with the gold on only
-# 73% of the decided pairs, while DPO fits the labels (87% right) directly. Published comparisons
-# disagree for the same reasons (Xu et al., 2024, "Is DPO Superior to PPO for LLM Alignment?").
+# for each. Here the SFT model is weak, so most comparisons are two wrong answers decided by a coin,
+# and both methods learn from little signal. The SFT warm start itself changes with the seed and the
+# CPU (`minirl/README.md`, "The same seed on another CPU"), and this comparison changes with it.
+# Chapter 3 shows the reward model's own errors, which PPO inherits and DPO, fitting the labels
+# directly, does not. Published comparisons disagree for the same reasons (Xu et al., 2024, "Is DPO
+# Superior to PPO for LLM Alignment?").
 #
 # ## 6. Known failure modes, shown
 #
@@ -300,15 +317,14 @@ ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
-# Here the strongest leash did best after one epoch. Smaller $\beta$ moved the policy further from the
-# SFT model (KL 0.40, 0.57, 0.65 nats per answer for $\beta$ = 0.3, 0.1, 0.03), and the extra distance
-# bought less gold, not more (0.755, 0.72, 0.695). The ordering is the same in every seed, but the steps
-# are one standard error each (0.035); only $\beta = 0.3$ against $\beta = 0.03$ (0.06) approaches two, so
-# read it as a tendency. The three seeds of $\beta = 0.3$ agree exactly because they wrote the same
-# answers under the same evaluation seed. The extra freedom
-# went into the labels' noise and flaw rather than into what the labels are about. Which $\beta$ is
-# best depends on the data, the learning rate and the number of epochs: sweep it, and judge by
-# held-out answers, not by the training margins.
+# In this run $\beta$ changed the distance, not the gold. Smaller $\beta$ moved the policy further from
+# the SFT model: KL 0.31 (seeds 0.24-0.40) for $\beta = 0.3$, 0.46 (0.38-0.55) for $\beta = 0.1$, 0.74
+# (0.44-1.04) for $\beta = 0.03$ nats per answer; only the two ends are apart beyond the seed spread.
+# The gold is the same within noise: 0.263 (0.245-0.290), 0.267 (0.240-0.280) and 0.258 (0.240-0.285),
+# pairwise differences of 0.1 to 0.2 standard errors, and no ordering holds across seeds (seed 0 does
+# best at $\beta = 0.3$, seed 2 at $\beta = 0.03$). The extra distance bought no measurable gold. Which
+# $\beta$ is best depends on the data, the learning rate and the number of epochs: sweep it, and judge
+# by held-out answers, not by the training margins.
 #
 # **Offline data, a moving policy.** The pairs were sampled from the SFT model. As DPO trains, the
 # policy writes answers of its own that are not in any pair. Compare, at the end of the main runs, the
@@ -321,8 +337,9 @@ for seed, history in main.items():
           f"held-out chosen answers: {reference_logps[0].mean():.2f} -> {last['eval_logps/chosen']:.2f}")
 
 # %% [markdown]
-# At the start the pairs are the policy's own kind of answer (both near the same log-probability). By
-# the end the policy gives its own answers much more probability than the answers it was trained on:
+# At the start the pairs are the policy's own kind of answer: its own answers have a log-probability
+# of -3.63, the held-out chosen answers -3.53. After three epochs its own answers keep about the same
+# (-3.64 to -3.74), while the pairs' chosen answers have fallen to -4.96 to -5.04, more than a nat below:
 # the comparisons describe a policy that no longer exists, and nothing tells DPO where its new answers
 # go wrong. Online and iterative DPO (sample new pairs from the current policy, label them, train again;
 # `docs/advance/dpo_extension.rst` builds that loop with verl's workers) and RLHF with a reward model
@@ -375,8 +392,8 @@ for seed, history in main.items():
 # <details>
 # <summary>Answer</summary>
 # <code>rewards/accuracies</code> on training batches only says the policy separates the pairs it was
-# trained on; with enough epochs it memorises them (section 4: the held-out accuracy stops improving
-# while the training one keeps rising). The margin can grow while both log-probs fall (likelihood
+# trained on; with enough epochs it memorises them (section 4: the training margin keeps rising while
+# the held-out accuracy stays near a coin's). The margin can grow while both log-probs fall (likelihood
 # displacement), so the probability goes to answers that were in no pair, possibly worse ones. Look at
 # the held-out pairs (<code>eval_rewards/accuracies</code>, <code>eval_logps/chosen</code>), at
 # <code>logps/chosen</code> falling, and above all at an evaluation of the policy's own answers (a judge,

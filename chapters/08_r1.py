@@ -24,8 +24,10 @@
 # | **verl source** | The rule scorers in `verl/utils/reward_score/` (`gsm8k.py::compute_score`, `math_reward.py::compute_score`, `math_dapo.py::compute_score`, `math_verify.py::compute_score`), chosen by `data_source` in `verl/utils/reward_score/__init__.py::default_compute_score`; your own through `reward.custom_reward_function.path`; data in verl's schema from `examples/data_preprocess/gsm8k.py` and `examples/data_preprocess/math_dataset.py`; GRPO in `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; the minimal RLVR run `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`. |
 # | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) and [Lab B · Writing reward functions](lab_b_rewards.ipynb) for the data, the verifier and your own reward; [Chapter 4 · GRPO](04_grpo.ipynb) for the optimiser; [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for the recipe details that keep long-reasoning RL stable. Back to [the reading map](index.md). |
 #
-# Run time: about 5 minutes on 2 CPU cores (12 training runs of 20-40 steps, two at a time, and a
-# cold-start SFT). With `MINIRL_FAST=1` everything shrinks to a few steps.
+# Run time: 14.5 minutes in this run (the last cell prints it) on 2 CPU cores that other notebooks' runs were
+# sharing at the time, so a run alone should be faster. It covers 12 training runs of 20-40 steps (two at a
+# time), a cold-start SFT, and building one of the two warm starts (the SFT progress bar in the first cell, about
+# 3 minutes; the other was already cached). With `MINIRL_FAST=1` everything shrinks to a few steps.
 
 # %%
 import json
@@ -107,13 +109,12 @@ for row, text, result in answers[:16:2]:
     print(f"  {row['prompt'][0]['content']:12s} -> {text!r:58} right={result['acc']}")
 
 # %% [markdown]
-# On the full run (200 test prompts, 8 samples each) about a quarter of the warm start's answers are
-# worked, and **worked answers are right about twice as often as direct ones** (about 0.49 against 0.25
-# in our runs; the printout above has this run's numbers). The premise holds, and it holds only in a
-# narrow band. In runs not shown here (other warm starts, same measurement): with 4-6 terms both styles
-# fail more and the gap shrinks (0.30 vs 0.21), and with numbers up to 49 the tiny model fails at both
-# (0.06 vs 0.05). A reward can only favour a behaviour
-# that already pays *and* that the policy already produces sometimes.
+# In this run (200 test prompts, 8 samples each, from this one warm start) 0.22 of the warm start's answers
+# are worked, and **worked answers are right 1.6 times as often as direct ones** (0.401 against 0.243).
+# The premise holds here, and it holds only in a narrow band: in runs not shown here (other warm starts,
+# same measurement), with more terms both styles failed more and the gap shrank, and with larger numbers
+# the tiny model failed at both. A reward can only favour a behaviour that already pays *and* that the
+# policy already produces sometimes.
 #
 # ## 2. The formulas
 #
@@ -141,8 +142,8 @@ for row, text, result in answers[:16:2]:
 #
 # GRPO from the mixed warm start, rewarded by the strict verifier only (no format reward at all: the
 # purest form of the claim), 3 seeds. The learning rate is 3e-4, higher than Chapter 4's 1e-4, to fit the
-# chapter's time budget; in a run not shown here, lr 1e-4 needed about twice as many steps for the same
-# curves. `run_grid` trains the
+# chapter's time budget; in runs not shown here, lr 1e-4 moved along the same curves more slowly.
+# `run_grid` trains the
 # seeds as separate `python -m minirl train` processes, two at a time, one per core.
 #
 # The same grid also trains with a **too-lenient verifier** (section 5 reads it): we run both now, as
@@ -169,19 +170,20 @@ for key in ("minirl/worked/mean", "minirl/acc/mean", "response_length/mean"):
     print(f"{key:38s} {np.mean(firsts):6.3f} {min(firsts):6.3f} {max(firsts):6.3f}")
 
 # %% [markdown]
-# The final values, mean / min / max over the seeds. In our full run, over 40 steps:
+# The values at the first and the last step, mean / min / max over the 3 seeds. In this run, over 40 steps:
 #
-# - **The share of worked answers** rises from about 0.23 (the warm start) to about 0.99 in every seed.
-#   Nobody rewarded it: the verifier reads only the number after `####`.
-# - **Accuracy** of the sampled answers rises from about 0.3 to 0.86-0.89, and greedy validation
-#   accuracy ends at 0.90-0.97 (the warm start's greedy accuracy is printed at the top: 0.38).
-# - **Responses get longer**, from about 17 to about 42 tokens: the R1 paper's "thinking time grows"
-#   in miniature. Here the growth has a cause you can read: worked answers are longer.
+# - **The share of worked answers** rises from 0.22 at the first step (seeds 0.20-0.25) to 0.99 at the
+#   last (seeds 0.98-0.99), in every seed. Nobody rewarded it: the verifier reads only the number after `####`.
+# - **Accuracy** of the sampled answers rises from 0.30 (seeds 0.28-0.32) to 0.77 (seeds 0.71-0.85), and
+#   greedy validation accuracy ends at 0.87 (seeds 0.85-0.89); the warm start's greedy accuracy, printed at
+#   the top, is 0.38.
+# - **Responses get longer**, from 15.7 tokens (seeds 14.8-16.5) to 41.6 (seeds 41.2-41.9): the R1 paper's
+#   "thinking time grows" in miniature. Here the growth has a cause you can read: worked answers are longer.
 #
 # The R1 story in miniature: the reward checks only the answer, and the policy shifts toward the
 # behaviour that earns it. What the tiny task cannot show is R1's "aha moment" of *new* behaviour
 # (re-checking, backtracking): GRPO here amplifies a style the warm start already samples in about a
-# quarter of its answers.
+# fifth of its answers (0.22 above).
 # What it writes, before and after:
 
 # %%
@@ -205,7 +207,7 @@ for label, model_dir in (("warm start", MIXED), ("after RL", final_actor)):
                                      for k in (1, 2, 4, 8) if k <= SAMPLES))
 
 # %% [markdown]
-# In the full run (seed 0) pass@1 rises from 0.30 to 0.85, pass@8 only from 0.91 to 0.97: the warm start
+# In this run (seed 0 only) pass@1 rises from 0.28 to 0.76, pass@8 only from 0.84 to 0.96: the warm start
 # already gets most prompts right in *some* of its 8 samples, and RL mostly makes the right answer the
 # *likely* one. This is the pattern
 # Yue et al. (2025) report for RLVR on real models ("Does reinforcement learning really incentivize
@@ -254,17 +256,19 @@ for label, seed_runs in starts.items():
     print(f"{label}: format share at the first step {np.mean(firsts):.3f} (seeds {min(firsts):.3f}-{max(firsts):.3f})")
 
 # %% [markdown]
-# What we saw in the full run (3 seeds, 20 steps each):
+# What this run shows (3 seeds, 20 steps each):
 #
 # - **R1-Zero never finds the format.** The format reward is 0.1 for every `<think>` answer, but the
-#   policy almost never samples one (a format share of at most 0.004 at the last step of any seed). GRPO
-#   can only reinforce what the policy samples: a group in which nobody writes `<think>` gives the format
-#   reward no gradient. The direct answers still improve: greedy validation reaches 0.82-0.88.
-# - **The cold start installs the format at once** (about 0.98 from the first step), but 150 SFT steps
-#   on 1000 demonstrations teach the *format* faster than the running-sum *arithmetic*: its greedy
-#   accuracy starts at 0.36 (printed above), and 20 RL steps lift its validation accuracy only to
-#   0.46-0.54. At this budget, R1-Zero's direct answers are more accurate; the difference is beyond the
-#   seed spread (the second table).
+#   policy almost never samples one: a format share of 0.005 at the first step (seeds 0.000-0.012) and
+#   0.000 at the last step in every seed. GRPO can only reinforce what the policy samples: a group in which
+#   nobody writes `<think>` gives the format reward no gradient. The direct answers still improve (left
+#   panel): greedy validation ends at 0.89 (seeds 0.84-0.93), against the zero warm start's greedy accuracy of
+#   0.74 before RL (printed above, on all 200 test prompts; validation reads 100 of them).
+# - **The cold start installs the format at once** (0.97 at the first step, seeds 0.95-0.98; 0.99 at the
+#   last, seeds 0.98-0.99), but 150 SFT steps on 1000 demonstrations teach the *format* faster than the
+#   running-sum *arithmetic*: greedy accuracy falls from the zero warm start's 0.74 to 0.34 after the cold
+#   start (printed above), and after 20 RL steps validation accuracy is 0.43 (seeds 0.36-0.53). At this
+#   budget, R1-Zero's direct answers are more accurate: the ranges do not overlap (the second table).
 #
 # So in miniature: the cold start buys **readability** (every answer shows its work in the expected
 # format), and R1-Zero gains accuracy on its direct answers but never the format, which it could not sample. Which one ends more accurate depends on
@@ -331,19 +335,23 @@ for step in sorted({*range(5, STEPS + 1, 5), STEPS}):
           f"worked share {np.mean([w[step] for w in worked_by_step if step in w]):.3f}")
 
 # %% [markdown]
-# In our full run (3 seeds, 40 steps):
+# In this run (3 seeds, 40 steps):
 #
-# - Under the lenient rule the reward climbs as under the strict one, but the strict accuracy of the
-#   same answers stalls: 0.61-0.78 at step 40 against 0.86-0.89 for the strictly trained policy. The
-#   ranges do not overlap. At the last step the lenient run is paid for 0.13-0.27 more answers than are
-#   right: about one paid answer in four is wrong.
-# - The gap opens after the policy has adopted the worked style (about step 20): the worked answer
-#   contains the right running sum, so the lenient rule pays whether or not the final answer matches.
-#   Nothing pushes the final answer to stay tied to the chain, so it drifts.
+# - Under the lenient rule the reward climbs as under the strict one (left panel), but the strict accuracy
+#   of the same answers lags: 0.65 at step 40 (seeds 0.62-0.67) against 0.77 (seeds 0.71-0.85) for the
+#   strictly trained policy. The ranges do not overlap. At the last step the lenient run is paid for 0.13
+#   more answers than are right (seeds 0.08-0.17): about one paid answer in six is wrong (0.17, seeds
+#   0.10-0.22).
+# - The gap grows with the worked style: 0.03 at step 5, when 0.43 of the answers are worked, 0.11 at
+#   step 20 (0.92 worked), then 0.12-0.14 (the worked share printed is the strict run's; the lenient run's
+#   follows the same curve, right panel). The worked answer contains the right running sum, so the lenient
+#   rule pays whether or not the final answer matches. Nothing pushes the final answer to stay tied to the
+#   chain, so it drifts.
 #
 # The hack is not the one we expected when we wrote the rule ("list many numbers"): the policy did not
 # learn to enumerate, because writing the right chain already pays. What follows `</think>` stops
-# mattering: a final answer one off the chain's last sum, or no `####` at all. Its answers look like this:
+# mattering: in the paid-but-wrong answers below (4 of seed 0's answers to 100 test prompts), the chain is
+# right and the final answer is one off its last sum, or further:
 
 # %%
 hacked = sorted((RUNS / "lenient" / "seed0").glob("global_step_*"))[-1] / "actor"

@@ -24,8 +24,8 @@
 # | **verl source** | `verl/trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_add_to_batch` (IS weights, rejection mask, off-policy metrics); `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (applied after `token_level_rewards`, before the advantages; `apply_bypass_mode` in bypass mode); `verl/trainer/ppo/core_algos.py::compute_policy_loss_bypass_mode`; `verl/utils/debug/metrics.py::calculate_debug_metrics` (`training/rollout_probs_diff_*`); `docs/algo/rollout_corr.md`. |
 # | **Where next** | [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) for the `rollout_corr/*` metrics in context; [Chapter 1 · PPO](01_ppo.ipynb) for the ratio and the clip that bypass mode reuses; [Chapter 10 · HybridFlow](10_hybridflow.ipynb) for why the rollout engine is a separate engine at all. Back to [the reading map](index.md). |
 #
-# Run time: about 5 minutes on 2 CPU cores (24 training runs of 30 steps, two at a time, and 12 short
-# ones). With `MINIRL_FAST=1` everything shrinks to a few steps.
+# Run time: 8.9 minutes in this run on 2 CPU cores, which other jobs shared at the time (24 training runs of
+# 30 steps, two at a time, and 12 short ones). With `MINIRL_FAST=1` everything shrinks to a few steps.
 
 # %%
 from pathlib import Path
@@ -161,17 +161,20 @@ print(f"default engine, rollout_probs_diff_mean: {np.mean(default_diffs):.1e} "
       f"(seeds {min(default_diffs):.1e}-{max(default_diffs):.1e})")
 
 # %% [markdown]
-# What we measured (3 seeds; the printout above is this run's numbers):
+# What we measured in this run (`training/rollout_probs_diff_mean`, mean over 3 seeds, the seeds' range in
+# brackets):
 #
-# - **The default engine** shows no mismatch: about $3\cdot 10^{-7}$, rounding only.
-# - **bfloat16 sampling** moves the probabilities by about 0.0003 on average: real, but far below verl's
-#   "normal" line of 0.005. A tiny model with short answers keeps precision errors small; long answers
-#   and large vocabularies make them larger (the FAQ's conditions).
-# - **A truncating sampler** gives 0.001 (top-k 5) and 0.003 (top-p 0.9): the engine renormalises over
-#   the kept tokens, so every sampled token looks more likely to the engine than to the trainer.
-# - **Stale weights** dominate: one to three updates behind (sync every 4), the gap is already 0.011 to
-#   0.016, above verl's "problem" line of 0.01; up to seven updates behind (sync every 8) it is 0.024 to
-#   0.033, and `rollout_corr/k3_kl` is about 0.09 nats per token.
+# - **The default engine** shows no mismatch: $2.8\cdot 10^{-7}$ (every seed), rounding only.
+# - **bfloat16 sampling** moves the probabilities by 0.00035 on average (seeds 0.00028-0.00044): real, but
+#   far below verl's "normal" line of 0.005. A tiny model with short answers keeps precision errors small;
+#   long answers and large vocabularies make them larger (the FAQ's conditions).
+# - **A truncating sampler** gives 0.00089 (top-k 5, seeds 0.00079-0.00096) and 0.00297 (top-p 0.9, seeds
+#   0.00265-0.00345): the engine renormalises over the kept tokens, so every sampled token looks more
+#   likely to the engine than to the trainer.
+# - **Stale weights** dominate: one to three updates behind (sync every 4), the gap is already 0.0145
+#   (seeds 0.0133-0.0167), above verl's "problem" line of 0.01 in every seed; up to seven updates behind
+#   (sync every 8) it is 0.0204 (seeds 0.0180-0.0245), and `rollout_corr/k3_kl` is 0.065 nats per token
+#   (seeds 0.045-0.097).
 #
 # On a GPU the order can differ (verl's FAQ is about kernels, not staleness), but the lesson holds: look
 # at `training/rollout_probs_diff_mean` and `rollout_corr/kl` before trusting an "on-policy" run.
@@ -191,13 +194,17 @@ plot_comparison(feel, [(VAL, "validation accuracy (greedy, actor's weights)", "s
 print(compare_table(feel, VAL))
 
 # %% [markdown]
-# What happened (3 seeds, validation after 30 steps, 200 prompts, greedy):
+# What happened in this run (3 seeds, validation after 30 steps, 200 prompts, greedy; mean, seeds' range
+# in brackets):
 #
-# - **Sync every 4 updates:** 0.475-0.495, against 0.48-0.53 on-policy: within noise. PPO tolerates a
-#   small, steady gap.
-# - **Sync every 8 updates:** 0.24-0.43, below both, beyond the seed spread. The reward of the sampled
-#   answers stays lower, and the probability gap (right panel) rises between syncs and drops to 0 at each
-#   sync: a saw-tooth that is the signature of stale weights.
+# - **On-policy:** 0.508 (seeds 0.485-0.530), rising from the warm start (left panel).
+# - **Sync every 4 updates:** 0.388 (seeds 0.315-0.465), below on-policy beyond the seed spread. Even this
+#   smaller gap hurt here: the curve falls below the warm start instead of rising.
+# - **Sync every 8 updates:** 0.413 (seeds 0.365-0.465), also below on-policy beyond the seed spread, and
+#   within noise of sync-every-4 (the larger staleness did not measurably hurt more in this run). The
+#   reward of the sampled answers of both stale runs mostly stays below on-policy's in the second half of
+#   the run, and the probability gap (right panel) rises between syncs and drops to 0 at each sync: a
+#   saw-tooth that is the signature of stale weights.
 #
 # Why does staleness hurt? In decoupled mode the actor recomputes $\pi_{\text{old}}$ with its *current*
 # weights, so PPO's ratio starts at 1 and its clip measures the distance from $\pi_{\text{old}}$, not from
@@ -265,32 +272,39 @@ print(f"stale 8 + token TIS, rollout_probs_diff_mean (steps behind): {np.mean(be
 # %% [markdown]
 # What we saw (3 seeds, validation after 30 steps):
 #
-# - **Bypass mode with `ppo_clip` recovers the curve:** 0.475-0.495, beyond the uncorrected stale run's
-#   spread (0.24-0.43) and within noise of on-policy (0.48-0.53). Its ratio is
-#   $\pi_\theta/\pi_{\text{rollout}}$, so the clip is anchored at the engine's weights: between two syncs
-#   the policy cannot move far from the policy that samples, and the data stay close to on-policy
-#   (`rollout_corr/kl` above 0.1 in 3% of its steps, against 38% uncorrected; in bypass mode this metric is
-#   measured inside the loss, between the policy being trained and the engine). It is also the cheapest:
-#   no recomputation of $\pi_{\text{old}}$, 0.22-0.23 s per step against 0.26-0.28 s (cost table above;
-#   timings move by a few hundredths of a second between runs).
-# - **Decoupled IS and RS do not recover it here.** Token TIS (0.345-0.45), sequence TIS (0.215-0.555)
-#   and token RS (0.385-0.455) all overlap the uncorrected run. Their cost is small (token TIS keeps an
-#   effective sample size of 0.98, sequence TIS 0.72, token RS drops 2.6% of the tokens), and so is
-#   their effect: they reweight or drop samples, but PPO's clip still measures the distance from the
-#   current weights, so the policy keeps drifting away from the data. They are made for small, steady
-#   gaps such as precision (a probability gap near 0.0003), not for a policy 7 updates old.
-# - **Bypass mode with `reinforce` is no better than nothing:** 0.18-0.445, the lowest mean, overlapping the
-#   uncorrected run and below on-policy beyond the spread. REINFORCE has no
-#   clip, so nothing bounds the step; as the policy drifts from the engine, the sequence IS weights
-#   fall (their mean drops as low as 0.26, the first alert of the table) and the effective
-#   batch shrinks (ESS 0.60 on average). verl's example pairs it with batch normalisation
-#   (`rollout_is_batch_normalize=true`) and a small learning rate; an IS weight corrects a distribution,
-#   it does not limit a step.
+# What we saw in this run (3 seeds, validation after 30 steps; mean, seeds' range in brackets). The
+# uncorrected stale-8 run ends at 0.413 (0.365-0.465), on-policy at 0.508 (0.485-0.530). With 3 seeds
+# and spreads this wide, only the worst fix separates from the uncorrected run:
 #
-# The alerts of verl's guide find the broken runs: `|kl| > 0.1` fires in 38% of the uncorrected stale
-# run's steps and never on-policy. But the weight alerts (IS mean, ESS, std) never fire for the decoupled
-# token-TIS run, which does not learn better; only the gap alert (`|kl| > 0.1`, 17% of its steps) hints at
-# it. Look at the gap and the learning curve, not only at the weights.
+# - **Bypass mode with `ppo_clip`:** 0.485 (0.425-0.585), within noise of on-policy but also within noise
+#   of the uncorrected run: this run does not show that it recovers the curve. Its ratio is $\pi_\theta/\pi_{\text{rollout}}$, so the clip is anchored at the engine's
+#   weights: between two syncs the policy cannot move far from the policy that samples, and the data stay
+#   close to on-policy (`rollout_corr/kl` above 0.1 in 1% of its steps, against 18% uncorrected, means
+#   over seeds; in bypass mode this metric is measured inside the loss, between the policy being trained
+#   and the engine). It is also the cheapest: no recomputation of $\pi_{\text{old}}$, 0.728 s per step
+#   against 0.941-1.008 s for the decoupled runs (cost table above, means over steps and seeds; other jobs
+#   shared the two CPU cores during this run, so the absolute times are inflated and noisy).
+# - **Decoupled IS and RS: within noise of the uncorrected run.** Token TIS 0.482 (0.465-0.505), sequence
+#   TIS 0.413 (0.305-0.485) and token RS 0.373 (0.315-0.435) all overlap it. Token TIS is also within
+#   noise of on-policy, and above token RS beyond the seed spread; token RS stays below on-policy beyond
+#   the spread. Their cost is small (token TIS keeps an effective sample size of 0.98, sequence TIS 0.73,
+#   token RS drops 2.6% of the tokens). They reweight or drop samples, but PPO's clip still measures the
+#   distance from the current weights, so nothing anchors the policy to the data. They are made for small,
+#   steady gaps such as precision (a probability gap near 0.00035), not for a policy 7 updates old.
+# - **Bypass mode with `reinforce` is worse than nothing:** 0.237 (0.195-0.315), below the uncorrected run
+#   and below on-policy, both beyond the seed spread. REINFORCE has no clip, so nothing bounds the step;
+#   as the policy drifts from the engine, the sequence IS weights fall (their batch mean drops as low as
+#   0.136, and leaves [0.5, 2] in 17% of its steps, the first alert of the table) and the effective batch
+#   shrinks (ESS 0.60 on average, below 0.3 in 10% of its steps). verl's example pairs it with batch
+#   normalisation (`rollout_is_batch_normalize=true`) and a small learning rate; an IS weight corrects a
+#   distribution, it does not limit a step.
+#
+# The alerts of verl's guide find the broken runs: `|kl| > 0.1` fires in 37% of the `reinforce` run's
+# steps, 18% of the uncorrected stale run's, and never on-policy (means over seeds). But the weight alerts
+# (IS mean, ESS, std) never fire for the decoupled token-TIS run, although its engine is as far behind as
+# the uncorrected run's (`training/rollout_probs_diff_mean` 0.020, seeds 0.016-0.025, on the steps
+# behind); only the gap alert (`|kl| > 0.1`, 14% of its steps) shows it. Look at the gap and the learning
+# curve, not only at the weights.
 #
 # ## 6. verl ↔ minirl
 #
@@ -352,19 +366,23 @@ print(f"stale 8 + token TIS, rollout_probs_diff_mean (steps behind): {np.mean(be
 # </details>
 #
 # **Failure-mode question.** Your asynchronous run uses `rollout_is=token` with the default threshold.
-# `rollout_corr/rollout_is_mean` stays at 0.99 and the effective sample size at 0.97 for the whole run,
+# `rollout_corr/rollout_is_mean` stays near 0.99 and the effective sample size near 0.98 for the whole run,
 # so the IS-weight alerts of verl's guide stay green, yet the validation accuracy falls behind the synchronous
 # run.
 # How can the weights look perfect while the correction fails, and what do you look at instead?
 #
 # <details>
 # <summary>Answer</summary>
-# This is section 5's token-TIS run. Each token's ratio is close to 1, so the weights look healthy, but
+# Section 5's token-TIS run has such weights: IS mean 0.990 (range over all steps and seeds
+# 0.952-1.002), ESS 0.977 (0.940-1.000). Its accuracy, 0.482 (seeds 0.465-0.505), is within noise of
+# both on-policy and the uncorrected run in this run, so the weights neither prove nor disprove that the
+# correction worked. Each token's ratio is close to 1, so the weights look healthy, but
 # the gap compounds over the answer (the sequence's ratio is the product of its tokens' ratios), and
 # token weights never see that. The gap metrics do: `rollout_corr/kl`, `log_ppl_abs_diff`, `chi2_seq` and
-# `training/rollout_probs_diff_mean` (about 0.03 here, far above verl's 0.01 line). And in decoupled mode PPO's clip is anchored at the current weights, so nothing keeps
-# the policy near the one that sampled the data. Reduce the gap itself (sync more often, or lower the
-# staleness), or anchor the trust region at the engine with bypass mode (`bypass_mode=true`,
+# `training/rollout_probs_diff_mean` (0.020 on the steps behind here, seeds 0.016-0.025, twice verl's 0.01
+# line). And in decoupled mode PPO's clip is anchored at the current weights, so nothing keeps
+# the policy near the one that sampled the data. Reduce the gap itself (sync more often: in this run only
+# syncing after every update beat the stale runs; every 4th was within noise of every 8th), or anchor the trust region at the engine with bypass mode (`bypass_mode=true`,
 # `loss_type=ppo_clip`). A mean weight of 1.0 proves nothing: with `rollout_is_batch_normalize=true` it is
 # 1.0 by construction.
 # </details>

@@ -24,8 +24,9 @@
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (the dataflow); `verl/single_controller/base/decorator.py::register`, `Dispatch`, `dispatch_dp_compute_data_proto`, `collect_dp_compute_data_proto`, `make_nd_compute_dataproto_dispatch_fn`; `verl/single_controller/ray/base.py::RayWorkerGroup`, `create_colocated_worker_cls`; `verl/workers/engine_workers.py::ActorRolloutRefWorker`, `TrainingWorker`; `verl/checkpoint_engine/base.py::CheckpointEngineManager.update_weights` (the weight sync); `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` and `examples/ppo_trainer/run_qwen3_8b_megatron.sh` (the same algorithm on two training engines). |
 # | **Where next** | The reading map's advice: do the labs first ([Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb), [Lab B · Writing reward functions](lab_b_rewards.ipynb), [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb)), then come back here; [Chapter 9 · Rollout correction](09_rollout_corr.ipynb) for what happens when the engine's weights lag. Back to [the reading map](index.md). |
 #
-# Run time: about 4 minutes on 2 CPU cores (the same PPO run three times: in one process, and twice on
-# Ray). With `MINIRL_FAST=1` the runs are 2 steps and only one Ray layout runs.
+# Run time: 2.4 minutes in this run, on 2 CPU cores that other jobs shared while it ran (the same PPO run
+# three times: in one process, and twice on Ray). With `MINIRL_FAST=1` the runs are 2 steps and only one Ray
+# layout runs.
 
 # %%
 import time
@@ -194,21 +195,27 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What the table shows (timings are this run's and move by a few hundredths of a second between runs):
+# What the table shows. The metrics do not depend on the machine; the timings are this run's, on two CPU
+# cores that other jobs shared while it ran, so read them as rough:
 #
 # - **The same run.** Every metric of both Ray runs matches the in-process run: exactly with one rank
-#   per group, and within $10^{-4}$ with two ranks (the largest gap, in `rollout_corr/chi2_seq`, is a
-#   float32 rounding of a number near 0: two ranks sum their gradients in another order).
+#   per group, and within $10^{-4}$ with two ranks (the largest gap, 8.3e-05 in
+#   `training/rollout_probs_diff_max`, is float32 rounding: two ranks sum their gradients in another order).
 #   `tests/test_ray_workers.py` asserts this on every test run, and that a Ray run resumes from its
 #   checkpoint.
-# - **Start-up is the price you see first:** about 12-23 s, to start one process per rank and role
-#   (each imports torch and loads its model), against a fraction of a second in one process.
-# - **Per step, Ray costs a little:** a step takes about 0.25-0.3 s in all three layouts, and the numbers
-#   move between runs by about as much as they differ between layouts (one CPU core per process, on a
-#   shared machine). The separate-rollout run has two ranks per group, so its model work is split in
-#   two, which hides its extra calls. The bar chart shows the same stages in every layout; the weight
-#   sync (`update_weights`) is the only stage that grows visibly when the engine is separate. The next
-#   section measures the cost of each call directly.
+# - **Start-up is the price you see first:** 45.8 s for the colocated run (3 worker processes: actor,
+#   reference, critic) and 85.5 s for the separate one (4 groups of 2 ranks, 8 worker processes),
+#   against 0.5 s in one process. Every process imports torch and loads its model.
+# - **Per step, Ray cost more in this run:** a step took 0.457 s in one process, 0.660 s colocated and
+#   0.715 s with the separate rollout. Moving the data between processes accounts for 0.070 s and 0.119 s
+#   of a Ray step (next section). The bar chart shows the rest spread over the model stages: each is
+#   longer on Ray than in one process. With other jobs on the same two cores, part of that may be the
+#   machine's load rather than Ray; this one run cannot tell the two apart. The second rank per group
+#   bought no speed here: compute per call is close to that of one rank, not half of it (`update_actor`:
+#   0.171 s with two ranks, 0.152 s with one), likely because two ranks on two busy cores do not get a
+#   core each. Between the two Ray layouts the bar chart shows the same stages; the weight sync
+#   (`update_weights`) is the stage that grows visibly when the engine is separate (0.041 s per step,
+#   against 0.006 s colocated). The next section measures the cost of each call directly.
 #
 # ## 4. See the flow
 #
@@ -270,14 +277,17 @@ print(f"\nOne weight sync moves the actor's whole state dict: "
 #   during its own stages and waits the rest of the step. With one GPU pool per role, that waiting is
 #   idle hardware; it is why verl colocates the roles on the same GPUs (the hybrid engine) and why its
 #   asynchronous trainers overlap generation with training.
-# - **Moving the data costs about 3-10 ms per call** (the light part of each bar: serialising the
-#   batch, the object store, collecting), about 0.035 s per step for the 7 calls of the colocated
-#   run, some 10-15% of a step of this tiny model. With a real model the compute grows by orders of
-#   magnitude and the batch only with the number of tokens, so the share falls.
+# - **Moving the data costs 6-14 ms per call in the colocated run and 12-20 ms with two ranks per
+#   group** (the light part of each bar: serialising the batch, the object store, collecting). Per step
+#   that is 0.070 s for the colocated run's 7 calls (11% of its 0.660 s step) and 0.119 s for the
+#   separate run's 8 calls (17% of its 0.715 s step), with this tiny model, in this run. With a real
+#   model the compute grows by orders of magnitude and the batch only with the number of tokens, so the
+#   share falls.
 # - **The weight sync is one more stage.** With a separate engine the driver reads the actor's state dict
-#   (`actor.state_dict`) and sends it to every rollout rank (`rollout.load_weights`): about 0.02 s for
-#   1.4 MiB here. A sync moves $P \times$ (bytes per parameter): a 7B model in bfloat16 is
-#   $7\cdot 10^9 \times 2$ bytes $= 14$ GB; that is why verl streams the weights with NCCL or CUDA
+#   (`actor.state_dict`) and sends it to every rollout rank (`rollout.load_weights`): 0.041 s per step
+#   here (`timing_s/update_weights`) for 1.4 MiB. Almost all of it is moving: the two calls take 0.018 s
+#   and 0.022 s, of which 0.001 s each is compute. A sync moves $P \times$ (bytes per parameter): a 7B
+#   model in bfloat16 is $7\cdot 10^9 \times 2$ bytes $= 14$ GB; that is why verl streams the weights with NCCL or CUDA
 #   IPC (`CheckpointEngineManager`) instead of passing them through the driver, and why colocation, where
 #   the engine reads the actor's weights in place, is the default.
 #
