@@ -21,7 +21,7 @@
 # | **What you will do** | Turn GSM8K into verl's parquet files, exactly as verl's script does. Score real reference answers and broken ones with the GSM8K rule. Train PPO (GAE and a critic) with the keys of verl's quickstart on a GSM8K-format tiny task, over 3 seeds. Read a healthy log. Then read the real command for Qwen2.5-0.5B-Instruct, key by key. |
 # | **What you need** | [Chapter 1 · PPO](01_ppo.ipynb) and [Chapter 2 · GAE](02_gae.ipynb) explain the loss and the advantages used here. Nothing else: the GSM8K files ship with minirl (`minirl/assets/gsm8k/`, MIT licence). |
 # | **verl pages this lab follows** | `docs/start/quickstart.rst` and `docs/examples/gsm8k_example.rst` (tag v0.9.0); `examples/data_preprocess/gsm8k.py`; `verl/utils/reward_score/gsm8k.py::compute_score`. Section 6 lists where these pages are out of date. |
-# | **Run time** | About 3 minutes on 2 CPU cores (three PPO runs of 40 steps, two at a time). With `MINIRL_FAST=1`, a few seconds. |
+# | **Run time** | 4.5 minutes in the run shown here, on 2 CPU cores that other jobs shared during the run (three PPO runs of 40 steps, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`, a few seconds. |
 
 # %%
 import json
@@ -76,8 +76,8 @@ print(f"prompt characters: median {lengths[len(lengths) // 2]}, 99th percentile 
 
 # %% [markdown]
 # Every ground truth is an integer string (3 are negative; 79 were written with a thousands comma, which the
-# script removes). Prompts are a few hundred characters, so with Qwen's tokenizer (about
-# 4 characters per token) they fit the quickstart's `data.max_prompt_length=512`.
+# script removes). Prompts are a few hundred characters (median 284, at most 1052), so with Qwen's tokenizer
+# (about 4 characters per token) they fit the quickstart's `data.max_prompt_length=512`.
 #
 # ## 2. The reward: GSM8K's rule, on real and broken answers
 #
@@ -167,8 +167,9 @@ for row in word_rows[:4]:
 print({key: warm_info[key] for key in ("greedy_acc", "sampled_acc", "seconds")})
 
 # %% [markdown]
-# The warm start writes the right equation almost always; it gets the *sum* or *difference* wrong most of
-# the time (greedy accuracy about 0.23). That is room for RL.
+# The lines above are four test prompts (the validation file) with their reference responses: the format
+# the warm start imitated. The cell does not print the warm start's own responses, only its accuracy on the
+# test prompts: 0.245 greedy, 0.175 sampled. About three answers in four are wrong. That is room for RL.
 #
 # ### verl's quickstart, scaled down
 #
@@ -273,20 +274,24 @@ for key in ("critic/score/mean", "actor/entropy", "critic/vf_explained_var"):
     print(f"{key:24s} " + " ".join(f"{cell:>20s}" for cell in cells))
 
 # %% [markdown]
-# In our full run (3 seeds, 40 steps) validation accuracy rose from the warm start's 0.23 to 0.31-0.32 (mean
-# 0.315), and the sampled training reward from about 0.2 to about 0.27. The gain is modest and slow, but every
-# seed ends above the start by far more than the seed spread (0.01); with 200 validation prompts the standard
-# error of one accuracy is about 0.03, so the gain is close to three of them. The plot shows why it is slow:
+# In this run (3 seeds, 40 steps, on this machine) validation accuracy rose from the warm start's 0.245 to
+# 0.352 (seeds 0.345-0.355) at the last step. The sampled training reward rose from 0.174 (seeds 0.133-0.203)
+# at the first step to 0.292 (seeds 0.273-0.314) over the last 5 steps. The gain is modest and slow, but real:
+# every seed gains 0.100-0.110 (mean 0.107), far more than the seeds' spread at the last step (0.010). With
+# 200 validation prompts the standard error of one accuracy is 0.034, so the mean gain is 3.2 of them. The
+# plot shows why it is slow:
 #
-# - the **critic explains almost nothing** (`critic/vf_explained_var` near 0). With one response per prompt
-#   and a 0/1 reward, a value per prompt is hard to learn from 128 samples a step; PPO then behaves much like
-#   REINFORCE with a learned mean baseline;
-# - the **entropy is low from the start** (about 0.13 nats per token): the warm start is confident, also
-#   when it is wrong, so sampling rarely tries another answer.
+# - the **critic explains almost nothing**. `critic/vf_explained_var` starts negative, -0.381 (seeds -0.506
+#   to -0.227) at the first step, because the new value head is untrained, and ends near 0: 0.030 (seeds
+#   0.011-0.045) at the last step. With one response per prompt and a 0/1 reward, a value per prompt is hard
+#   to learn from 128 samples a step; PPO then behaves much like REINFORCE with a learned mean baseline;
+# - the **entropy is low from the start**: 0.134 nats per token (seeds 0.131-0.137) at the first step,
+#   0.108 (seeds 0.106-0.110) at the last. The warm start is confident, also when it is wrong, so sampling
+#   rarely tries another answer.
 #
 # Faster learners on this task exist (a group of responses per prompt: [Chapter 4 · GRPO](04_grpo.ipynb));
-# this lab keeps the quickstart's algorithm. Larger learning rates did not help in our runs: 5e-4 with 64
-# prompts a step fell from 0.23 to 0.18 after 40 steps; 2e-4 with 128 prompts ended at 0.27.
+# this lab keeps the quickstart's algorithm. In runs not shown here, larger learning rates (with the same or
+# a smaller batch) did not help.
 #
 # ### What a healthy log looks like
 #
@@ -306,13 +311,13 @@ for record in [r for r in records if r["step"] in (1, STEPS // 2, STEPS)]:
 #
 # | metric | healthy here | what a bad value means |
 # |---|---|---|
-# | `critic/score/mean` | rises slowly, noisy (0.1-0.3) | flat at 0: the reward never fires (format? `data_source`?) |
+# | `critic/score/mean` | rises slowly, noisy (0.133-0.367 over all steps and seeds) | flat at 0: the reward never fires (format? `data_source`?) |
 # | `actor/pg_clipfrac` | near 0 (the updates are small) | above about 0.2: steps too large (learning rate, epochs) |
 # | `actor/ppo_kl` | near 0, tiny positive or negative | large: the policy moves far within one step |
-# | `actor/entropy` | slowly falling | a fast fall towards 0: entropy collapse, exploration is over |
-# | `critic/vf_explained_var` | near 0 here (a weak critic); rises on easier tasks | strongly negative: the critic is worse than a constant |
+# | `actor/entropy` | slowly falling (0.134 to 0.108, means over seeds) | a fast fall towards 0: entropy collapse, exploration is over |
+# | `critic/vf_explained_var` | negative at step 1 while the new value head is untrained (-0.381), then near 0 here (a weak critic); rises on easier tasks | strongly negative and staying there: the critic is worse than a constant |
 # | `response_length/clip_ratio` | 0: every response ends with EOS | near 1: responses hit `max_response_length` and get cut |
-# | `timing_s/gen` vs `timing_s/step` | generation about 0.3 s of a 2 s step here (the tiny model's passes dominate); on GPUs with long responses, most of the step | |
+# | `timing_s/gen` vs `timing_s/step` | generation 0.3-0.7 s of a 1.9-4.4 s step in the log above (the tiny model's passes dominate; other jobs shared the CPU cores, so these times are noisy); on GPUs with long responses, most of the step | |
 #
 # [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) covers every metric and shows broken runs next to healthy ones.
 #
