@@ -21,7 +21,7 @@
 # | **What you will do** | Read verl's GRPO launch script for Qwen3-8B key by key: what each key does, its default in verl 0.9.1 and in minirl, and what changes when you change it. Work out the batch arithmetic of one step (prompts, responses, mini-batches, micro-batches, optimizer steps, processes), draw it, and check it against the trainer. Run short ablations of the keys that matter, 3 seeds each. |
 # | **What you need** | [Chapter 4 · GRPO](04_grpo.ipynb) for the group advantage. [Lab A](lab_a_gsm8k.ipynb) for a first run through verl's keys. |
 # | **verl pages this lab follows** | `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`, `docs/algo/grpo.md` and `docs/examples/config.rst` (tag v0.9.0). Section 5 lists where the pages are out of date. |
-# | **Run time** | About 5 minutes on 2 CPU cores (18 short GRPO runs, two at a time). With `MINIRL_FAST=1`, a few seconds. |
+# | **Run time** | 4.5 minutes in the run shown here, on 2 CPU cores (18 short GRPO runs, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`, a few seconds. |
 
 # %%
 import shutil
@@ -296,26 +296,32 @@ print(f"standard error of one accuracy on {n_val} prompts, at the baseline's fin
       f"{(accuracy * (1 - accuracy) / n_val) ** 0.5:.3f} (at 0.5: {(0.25 / n_val) ** 0.5:.3f})")
 
 # %% [markdown]
-# What our full run showed (final accuracy after 30 steps, mean and range over 3 seeds; the table above has
-# this run's numbers; with 200 validation prompts one accuracy has a standard error of about 0.035):
+# What this run showed (on this machine; final accuracy after 30 steps, mean and min-max over the 3 seeds, from
+# the table above; with 200 validation prompts one accuracy has a standard error of about 0.035, as the cell prints):
 #
-# - **`rollout.n` is the only key here that changes the result beyond the seed spread, and which way depends
-#   on the axis.** Per step, $G = 8$ ends at 0.653 (0.625-0.690) and $G = 2$ at 0.573 (0.565-0.580): eight
-#   answers per prompt give a better group baseline and more signal per step. Per token generated (the middle
-#   panel) it is the other way round: $G = 2$ reaches 0.57 after about 50k tokens; $G = 8$ is at 0.53 after 65k.
-#   A larger group buys a better estimate with more generation, which on GPUs is most of a step's time.
-# - **More optimizer steps per training step** (mini-batch of 4 prompts, 8 updates a step) learn fastest early
-#   (0.59 against 0.53 at step 10) and end within noise (0.668, 0.640-0.685); their entropy falls fastest (right
-#   panel), the price of moving further from the sampling policy each step.
-# - **`kl_loss_coef`**: the script's 0.001 is a very light leash, within noise of no KL loss (0.645 against
-#   0.653); 0.1 holds the policy nearer the warm start and its entropy higher, and ends within noise in 30 steps
-#   (0.637, 0.570-0.685).
-# - **`temperature=0.6`** samples more confident answers (lower entropy from the first step) and ends within
-#   noise (0.663).
-# - **`loss_agg_mode` and `norm_adv_by_std_in_grpo`** are not in this grid: in an earlier full run of this lab
-#   with them (3 seeds) `seq-mean-token-mean` ended at 0.637 (0.590-0.685) and `norm_adv_by_std=false` at 0.652
-#   (0.620-0.685), both within noise. They matter when response lengths vary and groups are nearly all right or
-#   all wrong; [Chapter 5](05_dapo.ipynb) measures them on the chain task, where they do.
+# - **`rollout.n` is the only key here that changes the result beyond the seed spread, and only per step.** Per
+#   step, $G = 8$ ends at 0.598 (seeds 0.580-0.635) and $G = 2$ at 0.545 (0.495-0.575): the ranges do not overlap
+#   (the baseline is 0.053 ahead). Eight answers per prompt give a better group baseline and more signal per
+#   step. Per token generated (the middle panel) the advantage goes away: $G = 2$ is at 0.545 (0.495-0.575) after
+#   49k tokens, $G = 8$ at 0.530 (0.515-0.540) after 65k, within noise. A larger group buys a better step with
+#   more generation (196k tokens against 49k over the 30 steps), and on GPUs generation is most of a step's time.
+# - **More optimizer steps per training step** (mini-batch of 4 prompts, 8 updates a step) are at 0.558
+#   (0.540-0.570) at step 10 against the baseline's 0.530 (0.515-0.540): ahead on average, but the ranges touch,
+#   so within noise. They end within noise too, at 0.640 (0.590-0.680). Their entropy falls furthest (right
+#   panel): from 0.110 to 0.053 (0.047-0.062) against the baseline's 0.074 (0.071-0.078), beyond the seed
+#   spread; that is the price of moving further from the sampling policy each step.
+# - **`kl_loss_coef`**: the script's 0.001 is a very light leash. It ends at 0.600 (0.565-0.640), within noise of
+#   no KL loss, and its mean accuracy at step 10 and its mean entropy are the baseline's to three decimals. 0.1
+#   also ends within noise in 30 steps, at 0.612 (0.575-0.640). Its final entropy, 0.077 (0.077-0.078), lies
+#   within the baseline's range, so this run does not show the stronger leash keeping the entropy up.
+# - **`temperature=0.6`** samples more confident answers: its entropy is lower from the first step, 0.077
+#   (0.072-0.082) against 0.110 (0.105-0.113), beyond the seed spread. It ends within noise, at 0.603
+#   (0.570-0.625).
+# - **`loss_agg_mode` and `norm_adv_by_std_in_grpo`** are not in this grid. In runs not shown here (an earlier
+#   run of this lab with them, 3 seeds), `seq-mean-token-mean` and `norm_adv_by_std=false` both ended within
+#   noise of the baseline. They are meant for response lengths that vary and groups that are nearly all right
+#   or all wrong; [Chapter 5](05_dapo.ipynb) measures them on the chain task (the mechanism is visible there,
+#   while final accuracy stays within noise in its run).
 #
 # ## 4. verl <-> minirl
 #
