@@ -294,7 +294,8 @@ for label, seeds_runs in dynamic.items():
           f"{spread([curve(r, 'minirl/zero_spread_group_frac')[-1] for r in seeds_runs])}, generation rounds per "
           f"step: {spread([np.mean([x.get('minirl/num_gen_batches', 1) for x in r]) for r in seeds_runs])}")
 seconds = {label: [sum(x["timing_s/step"] for x in r) for r in seeds_runs] for label, seeds_runs in dynamic.items()}
-print(f"training seconds, dynamic sampling / grpo: {np.mean(seconds['dynamic sampling']) / np.mean(seconds['grpo']):.2f}"
+print("training seconds, dynamic sampling / grpo: "
+      f"{np.mean(seconds['dynamic sampling']) / np.mean(seconds['grpo']):.2f}"
       f" (per seed: {spread(seconds['dynamic sampling'])} s against {spread(seconds['grpo'])} s)")
 
 # %% [markdown]

@@ -172,8 +172,10 @@ for seed, history in main.items():
 for seed, history in main.items():
     trained = [r for r in history if "loss" in r]
     per_epoch = max(1, len(trained) // EPOCHS)
-    margins = [np.mean([r["rewards/margins"] for r in trained[e * per_epoch:(e + 1) * per_epoch]]) for e in range(EPOCHS)]
-    held_out = [f"{r['eval_rewards/accuracies']:.3f} (step {r['step']})" for r in history if "eval_rewards/accuracies" in r]
+    margins = [np.mean([r["rewards/margins"] for r in trained[e * per_epoch:(e + 1) * per_epoch]])
+               for e in range(EPOCHS)]
+    held_out = [f"{r['eval_rewards/accuracies']:.3f} (step {r['step']})" for r in history
+                if "eval_rewards/accuracies" in r]
     print(f"seed {seed}: training rewards/margins, mean per epoch: {', '.join(f'{m:.2f}' for m in margins)}; "
           f"held-out eval_rewards/accuracies: {', '.join(held_out)}")
 
