@@ -21,7 +21,7 @@
 # | **What you will do** | Read every metric minirl logs, in verl's groups, each with the code that computes it and its healthy range on the tiny task. Then break a run nine ways, one cause at a time, and learn each signature next to a healthy run. Finally write a function that names the cause of runs whose cause is hidden. |
 # | **What you need** | [Chapter 1 · PPO](01_ppo.ipynb) (ratio and clip), [Chapter 4 · GRPO](04_grpo.ipynb) (group advantages); [Lab A](lab_a_gsm8k.ipynb) for what one training step does. |
 # | **verl pages this lab follows** | `docs/faq/faq.rst`, `docs/algo/rollout_corr.md` (their thresholds) and the metric list in `docs/ascend_tutorial/dev_guide/model_dev/parameter_and_metrics.md` (tag v0.9.0); the code of verl 0.9.1: `verl/trainer/ppo/metric_utils.py`, `verl/workers/utils/losses.py`, `verl/trainer/ppo/ray_trainer.py`. Section 6 lists where the pages are out of date. |
-# | **Run time** | About 4 minutes on 2 CPU cores (two reference runs, ten broken or comparison runs of 20 steps, two at a time, and one small SFT). With `MINIRL_FAST=1`, about 30 seconds. |
+# | **Run time** | 7.2 minutes in the run shown here, on 2 CPU cores (two reference runs and nine broken or comparison cases of 20 steps, each trained with 3 seeds: 33 runs, two at a time; then one small SFT and one 20-step run from it; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1` (one seed, 2 steps), about 30 seconds. |
 #
 # A run that does not learn rarely crashes. It prints numbers. This lab teaches you to read them.
 
@@ -109,10 +109,12 @@ print({k: round(last[k], 4) for k in ("critic/score/mean", "actor/pg_clipfrac", 
 # ## 2. Every metric, group by group
 #
 # Each table gives the metric, what it is (and the code that computes it, in minirl and in verl 0.9.1), what moves
-# it, and what verl documents for real runs where it documents anything. Under each table, the printout gives the
-# range the metric took over the steps of the healthy runs above: that is "healthy" **on the tiny task**. A real
-# run's values differ (longer responses, a bigger vocabulary, a smaller learning rate), but the shapes do not:
-# what is flat, what falls, what must stay near zero.
+# it, and what to expect in real runs: what verl documents where it documents anything (named as verl's), and
+# otherwise this book's own rules of thumb (marked *rule of thumb*: not verl's, and not measured here). Under each
+# table, the printout gives the range the metric took over the steps of the two runs above, seed 0 of each: that
+# is "healthy" **on the tiny task**, in this run (section 3 prints the healthy run's ranges over its 3 seeds). A
+# real run's values differ (longer responses, a bigger vocabulary, a smaller learning rate), but the shapes do
+# not: what is flat, what falls, what must stay near zero.
 #
 # ### `actor/`: the policy update
 #
@@ -124,13 +126,13 @@ print({k: round(last[k], 4) for k in ("critic/score/mean", "actor/pg_clipfrac", 
 # | metric | what it is | what moves it | real runs |
 # |---|---|---|---|
 # | `actor/pg_loss` | the clipped policy-gradient loss, aggregated by `actor.loss_agg_mode` | advantages are centred, so it hovers around 0; its value means little, its sign even less | do not read it as "lower is better" |
-# | `actor/pg_clipfrac` | fraction of tokens whose ratio $r_t = \pi_\theta / \pi_{old}$ left $[1-\epsilon, 1+\epsilon]$ in the direction the clip stops | large learning rate, many epochs or mini-batches per batch; 0 when every mini-batch is the first update on fresh data | a few percent is usual; a rising clipfrac means each batch is pushed too far |
+# | `actor/pg_clipfrac` | fraction of tokens whose ratio $r_t = \pi_\theta / \pi_{old}$ left $[1-\epsilon, 1+\epsilon]$ in the direction the clip stops | large learning rate, many epochs or mini-batches per batch; 0 when every mini-batch is the first update on fresh data | *rule of thumb:* a few percent is usual; a rising clipfrac means each batch is pushed too far |
 # | `actor/pg_clipfrac_lower` | fraction of tokens held by dual-clip (`actor.clip_ratio_c`, negative advantages only) | very large ratios on bad tokens | should be near 0 |
-# | `actor/ppo_kl` | mean of $\log \pi_{old} - \log \pi_\theta$ over the update: how far the update moved from the sampler | learning rate, `ppo_epochs`, number of mini-batches | around 1e-3 or below; 0.01 and above is a big step |
+# | `actor/ppo_kl` | mean of $\log \pi_{old} - \log \pi_\theta$ over the update: how far the update moved from the sampler | learning rate, `ppo_epochs`, number of mini-batches | *rule of thumb:* around 1e-3 or below; 0.01 and above is a big step |
 # | `actor/entropy` | mean token entropy of the policy on the sampled responses, from the old log-prob pass | falls as the policy sharpens; rises when it is knocked off its data | a slow fall is normal; a fast fall to near 0 is entropy collapse |
 # | `actor/grad_norm` | the gradient norm **before** clipping to `actor.optim.clip_grad` (1.0) | learning signal size; exactly 0 when every advantage is 0 | a steady climb is verl's FAQ's sign of a rollout/training mismatch |
 # | `actor/lr` | the learning rate of the next optimizer step | warm-up and schedule (`actor.optim.*`) | check it is what you asked for |
-# | `actor/kl_loss`, `actor/kl_coef` | KL of the policy to the frozen reference (`actor.kl_loss_type`, default `low_var_kl`) and its coefficient, with `actor.use_kl_loss=true` | grows as the policy leaves the reference | on the tiny task it stays below 0.05 over 20 steps (at lr 1e-4, a hundred times verl's usual actor lr); a climb without bound is a KL blow-up |
+# | `actor/kl_loss`, `actor/kl_coef` | KL of the policy to the frozen reference (`actor.kl_loss_type`, default `low_var_kl`) and its coefficient, with `actor.use_kl_loss=true` | grows as the policy leaves the reference | on the tiny task (lr 1e-4, a hundred times verl's usual actor lr) it reached at most 0.038 in the 20 steps of the PPO run above (seed 0); a climb without bound is a KL blow-up |
 # | `actor/entropy_loss` | the entropy term of the loss, with `actor.entropy_coeff > 0` | as `actor/entropy` | |
 # | `actor/reward_kl_penalty`, `actor/reward_kl_penalty_coeff` | the KL subtracted from the reward and its beta, with `algorithm.use_kl_in_reward=true` (`minirl/kl.py::apply_kl_penalty`, verl `verl/trainer/ppo/ray_trainer.py::apply_kl_penalty`) | as `actor/kl_loss`; beta moves with `algorithm.kl_ctrl.type=adaptive` | |
 
@@ -168,7 +170,7 @@ show_ranges(ref, "critic/")
 # | metric | what it is | what moves it | real runs |
 # |---|---|---|---|
 # | `response_length/mean`, `/max`, `/min` | response tokens, EOS included | the task; reasoning runs grow it on purpose (Chapter 8) | a sudden jump to the maximum is a broken run |
-# | `response_length/clip_ratio` | fraction of responses that used the whole `data.max_response_length` | truncation; a policy that stopped ending its answers | near 0 on a well-sized budget; a few percent in long reasoning runs |
+# | `response_length/clip_ratio` | fraction of responses that used the whole `data.max_response_length` | truncation; a policy that stopped ending its answers | *rule of thumb:* near 0 on a well-sized budget; a few percent in long reasoning runs |
 # | `response_length_non_aborted/*` | the same over responses that are not empty | | |
 # | `response/aborted_ratio` | fraction of empty responses (aborted by the engine) | partial rollouts of asynchronous engines | 0 with a synchronous rollout |
 # | `prompt_length/mean`, `/max`, `/min`, `/clip_ratio` | prompt tokens; clip ratio = fraction at `data.max_prompt_length` | the data | `clip_ratio` should be 0: verl filters over-long prompts (`data.filter_overlong_prompts`) |
@@ -190,9 +192,9 @@ show_ranges({"grpo (healthy)": ref["grpo (healthy)"]}, "prompt_length/")
 # (tokens / (time x processes)). verl also logs memory (`perf/max_memory_allocated_gb`,
 # `perf/max_memory_reserved_gb`, `perf/cpu_memory_used_gb`) and MFU (`perf/mfu/*`) on GPUs; minirl does not.
 #
-# On a GPU run `timing_s/gen` is usually the largest share (verl's reason for vLLM and SGLang); on this CPU laptop
-# the actor update is. A stage that grows step after step (for example `gen` while responses lengthen) is the
-# thing to look at.
+# On a GPU run `timing_s/gen` is usually the largest share (verl's reason for vLLM and SGLang); on this CPU, in
+# the PPO run below, the actor update is (at the last step 0.221 s against 0.1246 s for `gen`). A stage that grows
+# step after step (for example `gen` while responses lengthen) is the thing to look at.
 
 # %%
 show_ranges({"ppo, everything on": ref["ppo, everything on"]}, "timing_s/")
@@ -208,7 +210,8 @@ show_ranges({"ppo, everything on": ref["ppo, everything on"]}, "perf/")
 # | `training/rollout_actor_probs_pearson_corr` | correlation of the two probabilities | near 1 |
 # | `training/rollout_probs_diff_valid` | 1 when the batch had valid tokens to compare | |
 #
-# minirl's engine is the actor itself (in float32), so the difference is rounding noise, about 3e-7 here.
+# minirl's engine is the actor itself (in float32), so the difference is rounding noise: about 3e-7 here (seed 0
+# below; over the healthy run's 3 seeds, section 3 prints 2.64e-07 to 3.04e-07).
 
 # %%
 show_ranges(ref, "training/")
@@ -265,7 +268,10 @@ show_ranges(ref, "minirl/")
 # ## 3. A gallery of broken runs
 #
 # Now we break the healthy run, one cause at a time. Each case below is a real run of the same length from the
-# same warm start and seed, with a few overrides on top of the healthy run's (`minirl/book/broken_runs.py::CASES`).
+# same warm start, with a few overrides on top of the healthy run's (`minirl/book/broken_runs.py::CASES`), trained
+# with the same 3 seeds as the healthy run. The plots show seed 0; the printout under each plot gives seed 0's
+# value, then [the min-max over the 3 seeds]. The numbers below are this run's, on the machine the first output
+# names.
 # These are the failures people keep asking about in verl's and TRL's issue trackers: "the loss is 0", "the
 # reward stays at 0", "grad_norm keeps rising", "the model never stops". Each plot puts the broken run next to
 # the healthy one on the metrics that give it away.
@@ -330,12 +336,15 @@ def final(name: str, key: str) -> float:
 # %% [markdown]
 # ### Learning rate too high (`actor.optim.lr=1e-2`)
 #
-# **Signature:** on the first step `actor/ppo_kl` is 1.04 (the healthy run's stays below 5e-4) and
-# `actor/pg_clipfrac` 0.09. From the second step on the score is 0 for every response: the model is broken,
-# every group has the same score, so `minirl/zero_spread_group_frac` is 1 and `actor/grad_norm` is exactly 0.
-# `actor/entropy` doubles (0.115 to 0.23) instead of falling, and here the responses end up running to the
-# maximum length (`response_length/clip_ratio` 1.0; in the exercise's seed-1 run they do not). The run does not
-# crash, and its later steps look like a reward that is always 0: only the first steps tell the two apart.
+# **Signature:** on the first step `actor/ppo_kl` is 1.79 (seeds 1.14-1.86; the healthy run's peaks at 0.000452,
+# seeds 0.000452-0.00318) and `actor/pg_clipfrac` 0.169 (seeds 0.0818-0.169). Within a step or two the score is 0
+# for every response (its median over the steps is 0.0 in every seed): the model is broken, every group has the
+# same score, so `minirl/zero_spread_group_frac` is 1.0 and `actor/grad_norm` exactly 0.0 (medians, every seed).
+# `actor/entropy` rises instead of falling: 0.113 at the first step, 0.204 at the last (seeds 0.15-0.464), where
+# the healthy run ends at 0.0843 (0.0843-0.0935). In seed 0 the responses end up running to the maximum length
+# (`response_length/clip_ratio` 0.992 at the last step), but not in every seed (the lowest ends at 0.00781). The
+# run does not crash, and its later steps look like a reward that is always 0: only the first steps tell the two
+# apart.
 # **Fix:** verl's default actor learning rate is 1e-6 for billion-parameter models; scale it down, or add
 # warm-up (`actor.optim.lr_warmup_steps`).
 
@@ -350,10 +359,14 @@ print_traces(["lr_too_high"], ["actor/pg_clipfrac", "actor/grad_norm", "response
 #
 # The clip only acts when a batch is reused: on the first mini-batch of fresh data the ratio is 1. So this case
 # reuses each batch for 4 epochs (`actor.ppo_epochs=4`) and is read against a healthy run that does the same with
-# the clip on. **Signature:** `actor/pg_clipfrac` stays at 0 (at most 0.0006) while the clipped run's is about
-# 1.5%; `actor/ppo_kl` is larger (median 0.006, peak 0.032 against 0.005 and 0.007) and validation accuracy falls
-# behind after its peak (0.44 against 0.57 at step 20, one seed). [Chapter 1](01_ppo.ipynb) measures the same
-# effect over 3 seeds. **Fix:** keep `actor.clip_ratio` at 0.2 (or DAPO's 0.2/0.28).
+# the clip on. **Signature:** `actor/pg_clipfrac` stays at 0 (median over the steps 0.0 in every seed, at most
+# 0.00117, seeds 0.000854-0.00212) while the clipped run's median is 0.0134 (seeds 0.0124-0.0143), about 1.3%.
+# `actor/ppo_kl` is larger: its median over the steps is 0.00646 (seeds 0.00463-0.00646) against 0.00455
+# (0.0044-0.00461), and at the last step 0.0181 (0.0123-0.0181) against 0.00417 (0.00417-0.00653); the peaks
+# overlap (0.035, seeds 0.0235-0.035, against 0.0158, 0.0158-0.0271). Validation accuracy does not show it in 20
+# steps: 0.55 at step 20 (seeds 0.42-0.55) against 0.54 (0.47-0.54), within noise. Read this case in the clip
+# and KL metrics, not in the accuracy. [Chapter 1](01_ppo.ipynb) measures the clip's effect over 3 seeds, with
+# a more aggressive update. **Fix:** keep `actor.clip_ratio` at 0.2 (or DAPO's 0.2/0.28).
 
 # %%
 signature("no_clip", [("actor/pg_clipfrac", "actor/pg_clipfrac"), ("actor/ppo_kl", "actor/ppo_kl"),
@@ -363,11 +376,17 @@ signature("no_clip", [("actor/pg_clipfrac", "actor/pg_clipfrac"), ("actor/ppo_kl
 # ### Entropy collapse (4 epochs at 3x the learning rate)
 #
 # Too much optimisation per batch sharpens the policy on what it already samples. **Signature:** `actor/entropy`
-# halves in 20 steps (0.115 to 0.059; the healthy run ends at 0.084), more groups give one score to every sample
-# (`minirl/zero_spread_group_frac` peaks at 0.69, healthy at 0.38; their advantages are 0), and validation accuracy
-# rises to 0.58 at step 5, then falls to 0.34. On the tiny task the warm start's entropy is already low, so the
-# collapse is a matter of degree, not a fall to 0 (the same 4 epochs at the default learning rate end at 0.070);
-# in long real runs the curve keeps going down. **Fix:** fewer epochs or a smaller learning rate; DAPO's
+# falls from 0.113 to a low of 0.0564 (seeds 0.046-0.0564) and ends at 0.0727 (0.0675-0.0727), where the healthy
+# run's lowest is 0.0843 (0.0827-0.0853). More groups give one score to every sample (their advantages are 0):
+# `minirl/zero_spread_group_frac` has a median over the steps of 0.375 (seeds 0.375-0.5) and peaks at 0.562
+# (0.562-0.75), against the healthy run's 0.125 (0.125-0.188) and 0.25 (0.25-0.312). The training score even
+# peaks higher than the healthy run's (0.594, seeds 0.516-0.594, against 0.469, 0.469-0.508), while validation
+# accuracy falls from 0.47 to 0.35 at step 20 (seeds 0.35-0.37); the healthy run's rises to 0.56 (0.54-0.56).
+# On the tiny task the warm start's entropy is already low, so the collapse is a matter of degree, not a fall to
+# 0. The entropy alone does not single out the higher learning rate here: the same 4 epochs at the default
+# learning rate (`healthy_4_epochs`) end as low, at 0.0534 (seeds 0.0534-0.0711), within noise of this case.
+# What sets the two apart in this run is validation accuracy: `healthy_4_epochs` ends at 0.54 (0.47-0.54). In long
+# real runs the entropy curve keeps going down. **Fix:** fewer epochs or a smaller learning rate; DAPO's
 # clip-higher (`actor.clip_ratio_high=0.28`, [Chapter 5](05_dapo.ipynb)); an entropy bonus
 # (`actor.entropy_coeff`) is the blunt tool.
 
@@ -383,9 +402,10 @@ print_traces(["healthy_4_epochs"], ["actor/entropy"])
 # The reward function pays 1 for any response with a `#### ` answer (`minirl/book/broken_rewards.py::format_only_score`),
 # and the warm start almost always writes one. **Signature:** `critic/score/mean` is 1 from the first step, max
 # equals min, every group has one score (`minirl/zero_spread_group_frac` = 1), so every GRPO advantage is 0 and
-# `actor/pg_loss`, `actor/pg_clipfrac` and `actor/grad_norm` are exactly 0: on 18 of the 20 steps here (on the
-# other two one response lost its `#### `, and only its group had something to learn). The policy does not move. Validation
-# uses the same reward, so it says 1.0 too. **Fix:** a reward must tell responses apart: score the answer, not only
+# `actor/pg_loss`, `actor/pg_clipfrac` and `actor/grad_norm` are exactly 0: on 18, 20 and 19 of the 20 steps in
+# seeds 0, 1 and 2 (on the other steps one group had a response without `#### `: `minirl/zero_spread_group_frac`
+# dips to 0.938, and only that group had something to learn). The policy does not move. Validation uses the same
+# reward, so it says 1.0 too, in every seed. **Fix:** a reward must tell responses apart: score the answer, not only
 # the format. DAPO's dynamic sampling (`algorithm.filter_groups.enable=true`) drops such groups, but it cannot
 # fix a reward that never varies.
 
@@ -402,10 +422,12 @@ for seed, records in enumerate(grid["all_equal_rewards"]):
 # %% [markdown]
 # ### Truncated responses (`data.max_response_length=15`)
 #
-# The tiny task's answers take 13 to 17 tokens. With a budget of 15 most responses are cut before their EOS, and a
-# cut answer `12+7=1` scores 0. **Signature:** `response_length/clip_ratio` 0.8 to 1.0 from the first step,
-# `response_length/max` equal to the budget, and a score below the healthy run's (0.19 to 0.31 against 0.30 to
-# 0.48). **Fix:** a budget above the answers
+# The healthy run's responses are about 16 tokens long and reach 17 (section 2). With a budget of 15 most
+# responses are cut before their EOS, and a cut answer `12+7=1` scores 0. **Signature:**
+# `response_length/clip_ratio` between 0.75 and 1.0 on every step of every seed (0.875 at the first step, seeds
+# 0.875-1.0), `response_length/max` equal to the budget, and a score below the healthy run's: median over the
+# steps 0.191 (seeds 0.184-0.191) against 0.312 (0.312-0.348), last step 0.195 (0.164-0.195) against 0.43
+# (0.344-0.453). **Fix:** a budget above the answers
 # you expect; in long reasoning runs, DAPO's overlong shaping (`reward.reward_kwargs.overlong_buffer_cfg.*`).
 
 # %%
@@ -417,10 +439,12 @@ signature("truncated", [("response_length/clip_ratio", "response_length/clip_rat
 #
 # With the KL loss on, `actor/kl_loss` measures how far the policy is from the reference. At ten times the
 # learning rate the policy moves faster than `actor.kl_loss_coef=0.001` (verl's default) can hold it.
-# **Signature:** `actor/kl_loss` climbs step after step, from 0.02 to 0.47 in 20 steps (with the default learning
-# rate it stays below 0.05, section 2), and validation accuracy falls (0.37 to 0.23). `actor/grad_norm` does not
-# warn here: it stays in the healthy run's range. **Fix:** the learning rate first; a larger
-# `kl_loss_coef` only slows the drift.
+# **Signature:** `actor/kl_loss` climbs, with ups and downs, from 0.02 at the first step (seeds 0.0129-0.042) to
+# a peak of 0.536 (0.536-0.996) in 20 steps (with the default learning rate it reached 0.038, section 2), and
+# validation accuracy falls from 0.47 to 0.29 at step 20 (seeds 0.05-0.29), where the healthy run's rises to 0.56
+# (0.54-0.56). `actor/grad_norm` is no reliable warning: in seed 0 it jumps to 3.65, but only at the last step,
+# and in another seed it peaks at 0.696, inside the healthy run's range (its peaks: 0.449-0.913). **Fix:** the
+# learning rate first; a larger `kl_loss_coef` only slows the drift.
 
 # %%
 signature("kl_blowup", [("actor/kl_loss", "actor/kl_loss"), ("actor/grad_norm", "actor/grad_norm"),
@@ -431,9 +455,11 @@ signature("kl_blowup", [("actor/kl_loss", "actor/kl_loss"), ("actor/grad_norm", 
 #
 # The rollout engine samples with weights up to 15 updates old, as an asynchronous trainer might
 # ([Chapter 9](09_rollout_corr.ipynb)). **Signature:** `training/rollout_probs_diff_mean` rises from rounding noise
-# (3e-7) to 0.016, above verl's 0.01 line, and falls back each time the weights are synced; `rollout_corr/kl`
-# rises with it (to 0.04). Accuracy still rises (0.57 at step 20 against the healthy 0.62, one seed: within what
-# one seed can tell).
+# (2.89e-07 at the first step) to a peak of 0.0144 (seeds 0.0144-0.0207), above verl's 0.01 line in every seed,
+# and falls back when the weights are synced; `rollout_corr/kl` rises with it (peak 0.0389, seeds 0.0389-0.058).
+# The training score stays with the healthy run's (last step 0.438, seeds 0.367-0.438, against 0.43,
+# 0.344-0.453: within noise), but validation accuracy falls behind: 0.49 at step 20 (seeds 0.39-0.49) against
+# the healthy 0.56 (0.54-0.56), from 0.47 for both; the ranges do not overlap.
 # Nothing else looks wrong at first, which is why verl's FAQ asks you to log this metric. **Fix:** sync the weights;
 # if the gap is inherent (bfloat16 engines, asynchronous training), correct for it
 # (`algorithm.rollout_correction.*`, Chapter 9).
@@ -510,12 +536,14 @@ print_traces(["healthy", "pad_is_eos"], ["response_length/clip_ratio", "response
                                          "critic/score/mean", VAL])
 
 # %% [markdown]
-# **Signature:** `response_length/clip_ratio` is 1.0 from the first step, although the budget is the healthy
-# run's, and `response_length/mean` sits at the maximum (20). The model writes its answer and keeps going
-# (greedy: `3+4=9 #### 999827 #`), so the strict rule reads a longer number and the score stays near 0 (0.00 to
-# 0.05; validation 0.03 to 0.07). It is told apart from a too small budget by the budget itself: the healthy model
-# needs only 16 of its 20 tokens. **Fix:** build masks from the EOS position (or give the tokenizer a real pad
-# token), and check a few SFT labels by hand before training.
+# **Signature** (one run, seed 0: this case is not in the seed grid): `response_length/clip_ratio` is 1.0 from
+# the first step, although the budget is the healthy run's, and `response_length/mean` sits at the maximum (20).
+# The model writes its answer and keeps going, so the strict rule reads a longer number: the warm start already
+# scores 0.0 (greedy and sampled), the score is 0.0 on every step and validation 0.0 at every test. It is told
+# apart from a too small budget by the budget itself: the healthy model's responses are 16.3 tokens long at the
+# last step (seeds 16.0-16.5), and `response_length/clip_ratio` is at most 0.0156 in any seed. **Fix:** build
+# masks from the EOS position (or give the tokenizer a real pad token), and check a few SFT labels by hand before
+# training.
 
 # %% [markdown]
 # ## 5. A checklist: symptom, first metric, likely causes
