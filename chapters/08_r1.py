@@ -26,8 +26,8 @@
 #
 # Run time: 14.5 minutes in this run (the last cell prints it) on 2 CPU cores that other notebooks' runs were
 # sharing at the time, so a run alone should be faster. It covers 12 training runs of 20-40 steps (two at a
-# time), a cold-start SFT, and building one of the two warm starts (the SFT progress bar in the first cell, about
-# 3 minutes; the other was already cached). With `MINIRL_FAST=1` everything shrinks to a few steps.
+# time), a cold-start SFT, and building one of the two warm starts in the first cell (the other was already
+# cached). With `MINIRL_FAST=1` everything shrinks to a few steps.
 
 # %%
 import json
