@@ -126,19 +126,12 @@ def main() -> None:
                 if proc.returncode != 0 or not lines:
                     print(f"{name} seed {seed}: failed (exit {proc.returncode})", file=sys.stderr)
                     continue
-                record = {"setting": name, "cpu": cpu_model(), **json.loads(lines[-1])}
+                record = {"setting": name, **json.loads(lines[-1])}  # the child's "machine" names the CPU
                 out.write(json.dumps(record) + "\n")
                 out.flush()
                 print(f"{name:13s} seed {seed}  warm {record['warm_sha256'][:12]} greedy {record['greedy_acc']:.3f} "
                       f"({record['warm_seconds']} s)  run {record.get('run_sha256', '')[:12]} "
                       f"val {record.get('val')}  {record.get('s_per_step')} s/step", flush=True)
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import torch
 from minirl import core
 from minirl.book.notebook import print_run_time, show_source, where_this_ran
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 _ = torch.manual_seed(0)
 

@@ -47,7 +47,7 @@ from minirl.book.notebook import (
 from minirl.plot import load_metrics
 from minirl.trainer import train
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch01"
 VAL = "val-core/minirl/arithmetic/acc/mean@1"

@@ -51,7 +51,7 @@ from minirl.plot import load_metrics
 from minirl.ppo import compute_value_loss
 from minirl.trainer import PPOTrainer, train
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch02"
 VAL = "val-core/minirl/arithmetic/acc/mean@1"

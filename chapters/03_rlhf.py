@@ -51,7 +51,7 @@ from minirl.evaluate import measure_policy
 from minirl.plot import load_metrics
 from minirl.trainer import train
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch03"
 TASK = preference.default_preference_task()  # built once (about 2 minutes), then cached like the warm start

@@ -48,7 +48,7 @@ from minirl.ppo import compute_policy_loss
 from minirl.protocol import DataProto
 from minirl.trainer import train
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 STEPS = 3 if fast_mode() else 60
 RUNS = Path("..") / "runs" / "ch04"

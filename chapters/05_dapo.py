@@ -46,7 +46,7 @@ from minirl.book.notebook import (
 )
 from minirl.rollout import generate_sequences
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch05"
 WARM = sft.default_warm_start(sft.CHAIN_SFT)  # Chapter 8's task: sums of 3-4 one-digit numbers, 30% worked demos

@@ -40,7 +40,7 @@ from minirl.book.notebook import fast_mode, print_run_time, seeds, show_source, 
 from minirl.evaluate import evaluate_against_reference, measure_policy
 from minirl.trainer import train
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch06"
 TASK = preference.default_preference_task()  # Chapter 3's comparisons (cached)

@@ -55,7 +55,7 @@ from minirl.rewards import NaiveRewardManager, default_compute_score
 from minirl.sft import default_warm_start
 from minirl.trainer import train
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch07"
 VAL = "val-core/minirl/arithmetic/acc/mean@1"

@@ -50,7 +50,7 @@ from minirl.book.notebook import (
 from minirl.evaluate import evaluate
 from minirl.rollout import generate_sequences
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch08"
 MIXED = sft.default_warm_start(sft.CHAIN_SFT)      # 30% worked demonstrations (built once, about 2 minutes)

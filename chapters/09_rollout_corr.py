@@ -43,7 +43,7 @@ from minirl.book.notebook import (
     where_this_ran,
 )
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch09"
 STEPS = 3 if fast_mode() else 30

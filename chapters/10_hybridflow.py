@@ -51,7 +51,7 @@ from minirl.single_controller import (
 )
 from minirl.trainer import PPOTrainer
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch10"
 STEPS = 2 if fast_mode() else 6

@@ -34,7 +34,7 @@ from minirl import data, rewards, sft
 from minirl.book.notebook import band, compare_table, fast_mode, print_run_time, run_grid, show_source, where_this_ran
 from minirl.config import load_config
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "lab_a"
 gsm8k_files = data.preprocess_gsm8k(RUNS / "gsm8k", local_dir=data.GSM8K_LOCAL_DIR)

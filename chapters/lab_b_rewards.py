@@ -43,7 +43,7 @@ from minirl.book.notebook import (
 from minirl.plot import load_metrics
 from minirl.trainer import train
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "lab_b"
 RUNS.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,7 @@ from minirl.book.notebook import fast_mode, plot_comparison, print_run_time, run
 from minirl.plot import load_metrics, training_steps
 from minirl.trainer import train
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "lab_c"
 STEPS = 2 if fast_mode() else 20

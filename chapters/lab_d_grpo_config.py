@@ -42,7 +42,7 @@ from minirl.book.notebook import (
 )
 from minirl.config import load_config
 
-where_this_ran()  # the machine and numeric mode behind this notebook's outputs
+where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "lab_d"
 SCRIPT = (Path("..") / "tests" / "data" / "verl_scripts" / "grpo_trainer.txt").read_text().splitlines()
