@@ -345,17 +345,20 @@ class TrainerConfig:
 class RewardModelConfig:
     enable: bool = False
     """Score responses with a learned reward model instead of the rule reward (verl 0.9.1 uses only the reward
-    model then, unless reward.custom_reward_function is set). Legacy spelling: reward_model.enable."""
+    model then, unless reward.custom_reward_function is set). The legacy top-level reward_model.enable is refused
+    (verl 0.9.1's main_ppo ignores it)."""
     model_path: str | None = None
     """The reward model's directory or hub id: an AutoModelForSequenceClassification with one label, e.g. what
-    `python -m minirl train-rm` saves. Legacy spelling: reward_model.model.path."""
+    `python -m minirl train-rm` saves. The legacy reward_model.model.path is refused (verl 0.9.1's main_ppo
+    ignores it)."""
 
 
 @dataclass
 class CustomRewardFunctionConfig:
     path: str | None = None
-    """A Python file holding your reward function (verl's `reward.custom_reward_function.path`; legacy spelling
-    `custom_reward_function.path`). null = the built-in rules of minirl/rewards.py, chosen by data_source."""
+    """A Python file holding your reward function (verl's `reward.custom_reward_function.path`; the legacy top-level
+    `custom_reward_function.path` is refused: verl 0.9.1's main_ppo ignores it). null = the built-in rules of
+    minirl/rewards.py, chosen by data_source."""
     name: str = "compute_score"
     """The function's name in that file: compute_score(data_source, solution_str, ground_truth, extra_info),
     returning a float or a dict with a "score" (its other keys are logged as minirl/<key>/mean)."""
@@ -366,7 +369,7 @@ class RewardManagerConfig:
     name: str = "naive"
     """naive: the score as the reward function returns it. dapo: plus DAPO's overlong penalty
     (reward.reward_kwargs.overlong_buffer_cfg), verl's `experimental/reward_loop/reward_manager/dapo.py`.
-    Legacy spelling: reward_model.reward_manager."""
+    The legacy reward_model.reward_manager is refused (verl 0.9.1's main_ppo ignores it)."""
 
 
 @dataclass
@@ -434,17 +437,31 @@ ALIASES = {
     "critic.grad_clip": "critic.optim.clip_grad",
     f"{ACTOR}.optim.warmup_style": f"{ACTOR}.optim.lr_scheduler_type",
     "critic.optim.warmup_style": "critic.optim.lr_scheduler_type",
-    # verl 0.9.1 moves the legacy reward_model block into reward.* (experimental/reward_loop/reward_loop.py::
-    # migrate_legacy_reward_impl)
+}
+
+# verl 0.9.1's main_ppo ignores the top-level legacy reward block: config/legacy_reward_impl.yaml keeps it as nulls and
+# only experimental/fully_async_policy/fully_async_main.py calls reward_loop.py::migrate_legacy_reward_impl. A line
+# that set them would train with default_compute_score in verl, so minirl refuses them and names the key to write.
+LEGACY_REWARD_KEYS = {
     "reward_model.enable": "reward.reward_model.enable",
     "reward_model.model.path": "reward.reward_model.model_path",
     "custom_reward_function.path": "reward.custom_reward_function.path",
     "custom_reward_function.name": "reward.custom_reward_function.name",
     "reward_model.reward_manager": "reward.reward_manager.name",
+    "reward_model.num_workers": "reward.num_workers",
     **{f"reward_model.reward_kwargs.{key}": f"reward.reward_kwargs.{key}" for key in (
         "max_resp_len", "overlong_buffer_cfg.enable", "overlong_buffer_cfg.len", "overlong_buffer_cfg.penalty_factor",
         "overlong_buffer_cfg.log")},
 }
+LEGACY_REWARD_GROUPS = ("reward_model.", "custom_reward_function.")
+
+
+def legacy_reward_key_error(key: str) -> str:
+    """The refusal for a top-level legacy reward key (`custom_reward_function.*`, `reward_model.*`)."""
+    new = LEGACY_REWARD_KEYS.get(key, "the same key under reward.* (verl/trainer/config/reward/reward.yaml)")
+    return (f"{key}: verl 0.9.1's main_ppo ignores this legacy key (legacy_reward_impl.yaml keeps it null and verl "
+            f"scores with default_compute_score instead); write {new}=... instead")
+
 
 # Why a verl key has no effect in minirl, by glob pattern (first match wins).
 NO_EFFECT_REASONS = [
@@ -532,6 +549,8 @@ def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
         key, value = override.split("=", 1)
         adds = key.startswith("+")  # Hydra's +key adds a key to an existing group (e.g. +ray_kwargs.ray_init.num_gpus)
         key = key.lstrip("+")
+        if key.startswith(LEGACY_REWARD_GROUPS):
+            raise ValueError(legacy_reward_key_error(key))
         if key in ALIASES:
             parsed.notices.append(f"{key} is deprecated in verl 0.9.1 (or not a verl key): using {ALIASES[key]}")
             key = ALIASES[key]

@@ -42,6 +42,7 @@ from tqdm.auto import tqdm
 from minirl import data as data_lib
 from minirl import machine, models
 from minirl.advantage import compute_advantage
+from minirl.batch_math import check_split_over_ranks
 from minirl.config import TINY, Config, load_config, to_yaml
 from minirl.core import agg_loss
 from minirl.dapo import DAPORewardManager, filter_groups
@@ -174,13 +175,7 @@ class PPOTrainer:
             raise ValueError(f"trainer.n_gpus_per_node * trainer.nnodes = {cfg.trainer.n_gpus_per_node} * "
                              f"{cfg.trainer.nnodes} but the launch started {self.world} process(es): make them agree "
                              "(or drop trainer.n_gpus_per_node to use whatever the launch started).")
-        n = cfg.actor_rollout_ref.rollout.n
-        for name, prompts in (("actor_rollout_ref.actor.ppo_mini_batch_size",
-                               cfg.actor_rollout_ref.actor.ppo_mini_batch_size),
-                              ("critic.ppo_mini_batch_size", cfg.critic.ppo_mini_batch_size)):
-            if prompts * n % self.world:
-                raise ValueError(f"{name} * rollout.n = {prompts * n} responses per mini-batch must be divisible "
-                                 f"by the number of processes or ranks ({self.world}), as in verl.")
+        check_split_over_ranks(cfg, self.world)
 
     def _resolve_paths(self) -> tuple:
         cfg = self.config

@@ -103,17 +103,31 @@ def test_deprecated_spellings_move_to_verl_keys_with_a_notice(capsys):
     assert "trainer.seed is deprecated" in err and "using data.seed" in err and "optim.clip_grad" in err
 
 
-def test_dapo_overlong_keys_take_verls_spellings(capsys):
-    """verl 0.9.1's DAPO scripts add the keys with `+reward.reward_kwargs...`; the legacy reward_model.* block works."""
-    verl_style = ["reward.reward_manager.name=dapo", "+reward.reward_kwargs.overlong_buffer_cfg.enable=True",
-                  "+reward.reward_kwargs.overlong_buffer_cfg.len=8", "+reward.reward_kwargs.max_resp_len=20",
-                  "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0"]
-    legacy = ["reward_model.reward_manager=dapo", "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
-              "+reward_model.reward_kwargs.overlong_buffer_cfg.len=8", "+reward_model.reward_kwargs.max_resp_len=20",
-              "+reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0"]
-    a, b = config_lib.load_config(verl_style), config_lib.load_config(legacy)
-    assert a == b and a.reward.reward_manager.name == "dapo" and a.reward.reward_kwargs.overlong_buffer_cfg.len == 8
-    assert "reward_model.reward_manager is deprecated" in capsys.readouterr().err
+def test_dapo_overlong_keys_take_verls_spellings():
+    """verl 0.9.1's DAPO scripts add the keys with `+reward.reward_kwargs...`."""
+    kwargs = "+reward.reward_kwargs"
+    config = config_lib.load_config(["reward.reward_manager.name=dapo", f"{kwargs}.overlong_buffer_cfg.enable=True",
+                                     f"{kwargs}.overlong_buffer_cfg.len=8", f"{kwargs}.max_resp_len=20",
+                                     f"{kwargs}.overlong_buffer_cfg.penalty_factor=1.0"], announce=False)
+    assert config.reward.reward_manager.name == "dapo" and config.reward.reward_kwargs.overlong_buffer_cfg.len == 8
+
+
+@pytest.mark.parametrize("legacy, new", [
+    ("custom_reward_function.path=/r.py", "reward.custom_reward_function.path"),
+    ("custom_reward_function.name=score", "reward.custom_reward_function.name"),
+    ("reward_model.enable=true", "reward.reward_model.enable"),
+    ("reward_model.model.path=/rm", "reward.reward_model.model_path"),
+    ("reward_model.reward_manager=dapo", "reward.reward_manager.name"),
+    ("+reward_model.reward_kwargs.overlong_buffer_cfg.len=8", "reward.reward_kwargs.overlong_buffer_cfg.len"),
+    ("reward_model.rollout.name=vllm", "under reward.*"),
+])
+def test_legacy_reward_keys_are_refused_as_verl_ignores_them(legacy, new):
+    """verl 0.9.1's main_ppo never migrates the top-level legacy reward block (only fully_async_main does): the keys
+    stay null and verl scores with default_compute_score. A line that worked here would silently change the reward
+    there, so minirl refuses the key and names the one to write."""
+    with pytest.raises(ValueError, match="main_ppo ignores this legacy key") as error:
+        config_lib.load_config([legacy], announce=False)
+    assert new in str(error.value)
 
 
 def test_critic_follows_the_actor_unless_set():
@@ -201,3 +215,18 @@ def test_list_of_train_files_filter_overlong_prompts_and_truncation(tmp_path, ca
         data.truncate_prompt(ids, 4, "error")
     encoded = data.encode_prompts(tokenizer, [long[0]["prompt"]], 32, truncation="left")
     assert encoded["input_ids"].shape == (1, 32)
+
+
+def test_a_step_must_split_evenly_over_the_ranks():
+    """verl 0.9.1 splits a batch over its ranks without padding (utils/config.py asserts train_batch_size * n
+    % n_gpus == 0): moving a 64 x 5 job from 8 to 6 ranks fails at start-up, naming the keys."""
+    from minirl.batch_math import check_split_over_ranks
+    config = config_lib.load_config(["data.train_batch_size=64", "actor_rollout_ref.rollout.n=5",
+                                     "actor_rollout_ref.actor.ppo_mini_batch_size=16"], announce=False)
+    check_split_over_ranks(config, 8)
+    with pytest.raises(ValueError, match=r"train_batch_size \* actor_rollout_ref.rollout.n = 320 responses per step"):
+        check_split_over_ranks(config, 6)
+    config = config_lib.load_config(["data.train_batch_size=64", "actor_rollout_ref.rollout.n=3",
+                                     "actor_rollout_ref.actor.ppo_mini_batch_size=16"], announce=False)
+    with pytest.raises(ValueError, match="ppo_mini_batch_size \\* rollout.n = 48 responses per mini-batch"):
+        check_split_over_ranks(config, 32)  # 192 splits over 32 ranks, a mini-batch of 48 does not

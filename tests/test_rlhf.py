@@ -148,10 +148,9 @@ def test_malformed_pairs_are_named(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_legacy_reward_model_keys_are_aliases():
-    new = load_config(["reward.reward_model.enable=true", "reward.reward_model.model_path=/rm"], announce=False)
-    old = load_config(["reward_model.enable=true", "reward_model.model.path=/rm"], announce=False)
-    assert new == old and new.reward.reward_model.model_path == "/rm"
+def test_a_reward_model_needs_its_path():
+    config = load_config(["reward.reward_model.enable=true", "reward.reward_model.model_path=/rm"], announce=False)
+    assert config.reward.reward_model.model_path == "/rm"
     with pytest.raises(ValueError, match="needs reward.reward_model.model_path"):
         load_config(["reward.reward_model.enable=true"], announce=False)
 
@@ -165,7 +164,8 @@ def test_training_on_a_reward_model_logs_the_proxy_and_the_gold(tiny, tmp_path):
                      "trainer.test_freq=2", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
                      "actor_rollout_ref.rollout.n=2", "data.val_max_samples=16", "algorithm.use_kl_in_reward=true",
                      "algorithm.kl_ctrl.type=adaptive", "algorithm.kl_ctrl.kl_coef=0.1",
-                     "reward_model.enable=true", f"reward_model.model.path={rm_dir}"], show_progress=False)
+                     "reward.reward_model.enable=true", f"reward.reward_model.model_path={rm_dir}"],
+                    show_progress=False)
     step = history[-1]
     for key in ("critic/score/mean", "minirl/gold_score/mean", "actor/reward_kl_penalty",
                 "actor/reward_kl_penalty_coeff", "val-core/minirl/arithmetic/reward/mean@1",

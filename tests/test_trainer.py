@@ -317,7 +317,8 @@ def test_a_custom_reward_function_scores_and_its_extra_values_are_logged(tmp_pat
         "    return {'score': min(len(solution_str), 10) / 10, 'has_hashes': float('####' in solution_str)}\n")
     history = run(tmp_path, "trainer.total_training_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=False",
                   "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-                  f"custom_reward_function.path={reward_file}", "custom_reward_function.name=length_reward")
+                  f"reward.custom_reward_function.path={reward_file}",
+                  "reward.custom_reward_function.name=length_reward")
     step = history[-1]
     assert 0 < step["critic/score/mean"] <= 1 and 0 <= step["minirl/has_hashes/mean"] <= 1
     assert "minirl/acc/mean" not in step  # a dict result logs its own keys only
