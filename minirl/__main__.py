@@ -9,12 +9,15 @@
     python -m minirl preference-data                         # build (or show) the preference task (Chapters 3, 6)
     python -m minirl train-rm [key=value ...]                # train a Bradley-Terry reward model
     python -m minirl dpo [key=value ...]                     # DPO on fixed comparisons (minirl/dpo.py)
+    python -m minirl COMMAND --help                          # a command's usage, keys and an example
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from minirl.cli_help import COMMANDS, command_help
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +49,9 @@ def _run(argv: list[str] | None) -> int:
         print(__doc__)
         return 0
     command, rest = argv[0], argv[1:]
+    if command in COMMANDS and {"-h", "--help"} & set(rest):
+        print(command_help(command))
+        return 0
     if command == "train":
         from minirl.run_dir import RunDirectoryBusy
         from minirl.trainer import CheckpointError, train
@@ -98,8 +104,8 @@ def _run(argv: list[str] | None) -> int:
         from minirl.dpo import main as dpo
 
         return dpo(rest)
-    print(f"unknown command {command!r}; use train, config, warm-start, plot, preference-data, train-rm or dpo "
-          "(see python -m minirl --help)", file=sys.stderr)
+    print(f"unknown command {command!r}; use one of {', '.join(COMMANDS)} (see python -m minirl --help, or "
+          "python -m minirl COMMAND --help)", file=sys.stderr)
     return 2
 
 

@@ -1,5 +1,6 @@
 """The config speaks verl 0.9.1: its launch scripts pass unchanged, its keys and defaults, its schedules."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,23 @@ def test_config_command_loads_no_model_and_no_data(tmp_path):
                            "data.train_files=/nor/this.parquet"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "path: /does/not/exist" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["train", "config", "warm-start", "plot", "preference-data", "train-rm", "dpo"])
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_answers_help_and_starts_no_work(command, flag, tmp_path):
+    """`--help` prints the usage, the keys and an example, exits 0, and builds nothing: it does not even import
+    torch (an empty cache directory stays empty)."""
+    code = ("import runpy, sys; sys.argv = ['minirl', %r, %r]\ntry:\n    runpy.run_module('minirl', run_name="
+            "'__main__')\nexcept SystemExit as e:\n    assert e.code == 0, e.code\nassert 'torch' not in sys.modules")
+    proc = subprocess.run([sys.executable, "-c", code % (command, flag)], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "MINIRL_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"usage: python -m minirl {command}") and "example: python -m minirl" in proc.stdout
+    if command in ("train", "config", "train-rm", "dpo"):
+        assert "Keys (" in proc.stdout or "Common keys (" in proc.stdout
+        assert "=" in proc.stdout.split("eys (")[1]
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("name", ["grpo_trainer", "ppo_trainer"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from minirl.book import pages
+from minirl.cli_help import dataclass_keys
 
 REPO = Path(__file__).resolve().parents[2]
 LIBRARY = REPO / "minirl"
@@ -72,31 +73,7 @@ def verl_twins() -> list[tuple[str, str]]:
 
 def config_keys() -> list[tuple[str, str]]:
     """(dotted key, first sentence of its docstring) for every key of minirl's Config."""
-    tree = ast.parse((LIBRARY / "config.py").read_text())
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    fields: dict[str, list[tuple[str, str, str | None]]] = {}
-    for name, node in classes.items():
-        body = node.body
-        for i, statement in enumerate(body):
-            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
-                doc = ""
-                if i + 1 < len(body) and isinstance(body[i + 1], ast.Expr) and isinstance(body[i + 1].value,
-                                                                                           ast.Constant):
-                    doc = str(body[i + 1].value.value)
-                annotation = ast.unparse(statement.annotation)
-                fields.setdefault(name, []).append((statement.target.id, doc, annotation))
-    keys = []
-
-    def walk(class_name: str, prefix: str):
-        for field, doc, annotation in fields.get(class_name, []):
-            if annotation in classes:
-                walk(annotation, f"{prefix}{field}.")
-            else:
-                sentence = " ".join(doc.split()).split(". ")[0].rstrip(".")
-                keys.append((f"{prefix}{field}", sentence))
-
-    walk("Config", "")
-    return keys
+    return [(key, doc) for key, _, doc in dataclass_keys(LIBRARY / "config.py", "Config")]
 
 
 def metric_names() -> list[str]:
