@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from minirl.config import Config, validate_config
+from minirl.config import Config, check_split_over_ranks, validate_config
 
 
 @dataclass
@@ -45,28 +45,6 @@ class StepArithmetic:
     """ceil(responses_per_process / ppo_micro_batch_size_per_gpu): the forward/backward passes of each process per
     optimizer step (gradient accumulation steps). 1 with no micro-batch size; None with use_dynamic_bsz (it depends
     on the lengths; see `dynamic_micro_batches`)."""
-
-
-def check_split_over_ranks(config: Config, ranks: int) -> None:
-    """Raise if a step's responses, or a mini-batch's, do not split evenly over `ranks` data-parallel ranks.
-
-    verl 0.9.1 splits a batch over its ranks without padding (`single_controller/base/decorator.py` via
-    `_split_args_kwargs_data_proto`; `utils/tensordict_utils.py` asserts `len(td) % chunks == 0`), and
-    `utils/config.py::validate_config` asserts `train_batch_size * n % n_gpus == 0` (without dynamic batch size).
-    The trainer's mini-batches are split the same way, so their size must divide too.
-    """
-    n = config.actor_rollout_ref.rollout.n
-    responses = config.data.train_batch_size * n
-    if responses % ranks:
-        raise ValueError(f"data.train_batch_size * actor_rollout_ref.rollout.n = {responses} responses per step must "
-                         f"be divisible by the number of processes or ranks ({ranks}): verl splits the batch over "
-                         "its ranks without padding. Change the batch size or rollout.n, or the number of ranks.")
-    actor, critic = config.actor_rollout_ref.actor, config.critic
-    for name, prompts in (("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size),
-                          ("critic.ppo_mini_batch_size", critic.ppo_mini_batch_size)):
-        if prompts * n % ranks:
-            raise ValueError(f"{name} * rollout.n = {prompts * n} responses per mini-batch must be divisible by the "
-                             f"number of processes or ranks ({ranks}), as in verl.")
 
 
 def step_arithmetic(config: Config, processes: int = 1) -> StepArithmetic:

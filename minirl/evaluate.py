@@ -106,11 +106,12 @@ def measure_policy(policy, reference, tokenizer, rows: list[dict], response_leng
 
 
 def evaluate_against_reference(policy_dir, reference_dir, rows: list[dict], response_length: int,
-                               reward_model_dir=None, samples_per_prompt: int = 1, seed: int = 0) -> dict[str, float]:
-    """`measure_policy` for model directories (a checkpoint's actor, a DPO output, the SFT warm start)."""
-    from minirl.reward_model import RewardModelScorer
+                               reward_scorer=None, samples_per_prompt: int = 1, seed: int = 0) -> dict[str, float]:
+    """`measure_policy` for model directories (a checkpoint's actor, a DPO output, the SFT warm start).
 
+    reward_scorer: a `minirl.reward_model.RewardModelScorer` for the proxy, or None (evaluation takes a scorer
+    rather than importing the reward model's module, so the package's imports run one way).
+    """
     tokenizer = models.load_tokenizer(policy_dir)
-    scorer = RewardModelScorer(reward_model_dir, tokenizer) if reward_model_dir is not None else None
     return measure_policy(models.load_policy(policy_dir), models.load_policy(reference_dir), tokenizer, rows,
-                          response_length, scorer, samples_per_prompt, seed)
+                          response_length, reward_scorer, samples_per_prompt, seed)

@@ -42,8 +42,7 @@ from tqdm.auto import tqdm
 from minirl import data as data_lib
 from minirl import machine, models
 from minirl.advantage import compute_advantage
-from minirl.batch_math import check_split_over_ranks
-from minirl.config import TINY, Config, load_config, to_yaml
+from minirl.config import TINY, Config, check_split_over_ranks, load_config, to_yaml
 from minirl.core import agg_loss
 from minirl.dapo import DAPORewardManager, filter_groups
 from minirl.kl import AdaptiveKLController, FixedKLController, apply_kl_penalty

@@ -146,11 +146,13 @@ def test_chapter3_the_reward_model_learns_the_length_shortcut(preference_setup):
 def test_chapter3_without_the_leash_the_gold_falls_while_the_proxy_does_not(preference_setup, tmp_path):
     """Chapter 3, section 5 (seed 0): beta = 0 ends right on 0.28 of held-out prompts against 0.62 with beta = 0.05
     (SFT: 0.51), at a proxy at least as high: the gap proxy gain - gold gain is far larger without the leash."""
-    from minirl import preference
+    from minirl import models, preference
     from minirl.evaluate import evaluate_against_reference
+    from minirl.reward_model import RewardModelScorer
 
     _, warm, rm_dir, _, rows = preference_setup
-    sft = evaluate_against_reference(warm, warm, rows, 48, rm_dir)
+    scorer = RewardModelScorer(rm_dir, models.load_tokenizer(warm))
+    sft = evaluate_against_reference(warm, warm, rows, 48, scorer)
     measured = {}
     for beta in (0.0, 0.05):
         train([f"trainer.default_local_dir={tmp_path / str(beta)}", *QUIET, "trainer.total_training_steps=20",
@@ -158,7 +160,7 @@ def test_chapter3_without_the_leash_the_gold_falls_while_the_proxy_does_not(pref
                *preference.ppo_overrides(rm_dir, kl_coef=beta)],
               show_progress=False)
         measured[beta] = evaluate_against_reference(tmp_path / str(beta) / "global_step_20" / "actor", warm, rows,
-                                                    48, rm_dir)
+                                                    48, scorer)
     gap = {beta: (m["proxy"] - sft["proxy"]) - (m["gold"] - sft["gold"]) for beta, m in measured.items()}
     assert measured[0.0]["gold"] < sft["gold"] - 0.1 < measured[0.05]["gold"], (sft, measured)
     assert measured[0.0]["proxy"] > measured[0.05]["proxy"] - 0.02, measured

@@ -238,7 +238,7 @@ def test_list_of_train_files_filter_overlong_prompts_and_truncation(tmp_path, ca
 def test_a_step_must_split_evenly_over_the_ranks():
     """verl 0.9.1 splits a batch over its ranks without padding (utils/config.py asserts train_batch_size * n
     % n_gpus == 0): moving a 64 x 5 job from 8 to 6 ranks fails at start-up, naming the keys."""
-    from minirl.batch_math import check_split_over_ranks
+    check_split_over_ranks = config_lib.check_split_over_ranks
     config = config_lib.load_config(["data.train_batch_size=64", "actor_rollout_ref.rollout.n=5",
                                      "actor_rollout_ref.actor.ppo_mini_batch_size=16"], announce=False)
     check_split_over_ranks(config, 8)
