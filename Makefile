@@ -5,7 +5,8 @@
 #   make book    build the site with `mkdocs build --strict` into site/
 #   make serve   serve the site at http://127.0.0.1:8000
 #   make lab     open the chapters in JupyterLab
-#   make grade   grade YOUR exercises/ and print a progress table (make grade EX=4.1: one exercise, all its checks)
+#   make grade   grade YOUR exercises/ and print a progress table (make grade EX=4.1: one exercise, all its checks;
+#                make grade EX=7: every exercise of Chapter 7)
 #   make parity  compare minirl with verl 0.9.1 itself (its own venv, .venv-verl; part of make test)
 #   make parity-trl  compare minirl's DPO and reward-model losses with TRL's trainers (.venv-trl; part of make test)
 #   make bench   benchmarks: core ops vs verl, learning speed per estimator, step time with micro-batches

@@ -779,3 +779,26 @@ def test_one_exercise_command_runs_all_its_checks_and_fails_a_wrong_answer(tmp_p
     assert len(results) == counts[number], f"--exercise {number} ran {len(results)} of {counts[number]} checks"
     assert any(message != "passed" for message in results.values()), f"a wrong answer to {number} passed"
     assert f"make grade EX={number}" in stdout and "FAILED" in stdout
+
+
+@pytest.mark.parametrize("chapter", ["7", "C"])
+def test_a_chapter_command_grades_every_exercise_of_the_chapter(tmp_path, chapter):
+    """`make grade EX=7` grades 7.1, 7.2, ... with all their checks, and prints the per-exercise table."""
+    counts = marked_checks()
+    numbers = [number for number in counts if number.split(".")[0] == chapter]
+    assert numbers and (chapter == "C" or len(numbers) >= 2), numbers
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    for name, source in WRONG.items():
+        (wrong / f"{name}.py").write_text(source)
+    results, stdout = grade(wrong, tmp_path, f"--exercise={chapter}")
+    assert len(results) == sum(counts[number] for number in numbers)
+    for number in numbers:
+        assert f"make grade EX={number}" in stdout, number
+
+
+def test_the_exercise_option_selects_by_identity_or_by_chapter():
+    selects = exercises.selects
+    assert selects("4.1", "4.1") and not selects("4.1", "4.10") and not selects("4", "14.1")
+    assert selects("7", "7.3") and selects("07", "7.3") and selects("0", "0.2") and selects("c", "C.1")
+    assert not selects("7", "C.1") and not selects("1", "10.1")

@@ -144,5 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def selects(wanted: str, number: str) -> bool:
+    """Does `--exercise wanted` select the exercise `number`? "4.1" selects exercise 4.1; a chapter ("7", "07")
+    or a lab ("C") selects every exercise of it (7.1, 7.2, ...)."""
+    if "." in wanted:
+        return number == wanted
+    chapter = number.split(".")[0]
+    return chapter == (wanted.lstrip("0") or "0" if wanted.isdigit() else wanted.upper())
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

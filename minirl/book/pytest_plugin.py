@@ -15,5 +15,6 @@ def pytest_addoption(parser):
     parser.addoption(
         "--exercise",
         default=None,
-        help="grade exactly one exercise, all of its checks, by its number (e.g. --exercise 4.1; `make grade EX=4.1`).",
+        help="grade one exercise, all of its checks, by its number (e.g. --exercise 4.1; `make grade EX=4.1`), or "
+        "every exercise of a chapter or lab (--exercise 7, --exercise C; `make grade EX=7`).",
     )

@@ -7,6 +7,8 @@ from collections import defaultdict
 import pytest
 from grading import NotStarted, target_dir
 
+from minirl.book.exercises import selects
+
 # (chapter, number, name) -> list of outcomes: "passed", "failed" or "todo"
 _RESULTS: dict[tuple[str, str, str], list[str]] = defaultdict(list)
 # (chapter, number, name) -> the first failure message, shown under the table
@@ -20,14 +22,16 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """--exercise N keeps exactly the checks marked exercise("N", ...): an explicit identity, not a name match."""
+    """--exercise N keeps exactly the checks marked exercise("N", ...) (an explicit identity, not a name match);
+    --exercise 7 keeps every exercise of Chapter 7."""
     wanted = config.getoption("--exercise")
     if wanted is None:
         return
     numbers = sorted({m.args[0] for item in items for m in item.iter_markers("exercise")})
-    if wanted not in numbers:
-        raise pytest.UsageError(f"no exercise {wanted!r}; the exercises are {', '.join(numbers)} (make grade EX=4.1).")
-    keep = [item for item in items if any(m.args[0] == wanted for m in item.iter_markers("exercise"))]
+    if not any(selects(wanted, number) for number in numbers):
+        raise pytest.UsageError(f"no exercise {wanted!r}; the exercises are {', '.join(numbers)} (make grade EX=4.1 "
+                                "grades one, make grade EX=4 all of Chapter 4).")
+    keep = [item for item in items if any(selects(wanted, m.args[0]) for m in item.iter_markers("exercise"))]
     config.hook.pytest_deselected(items=[item for item in items if item not in keep])
     items[:] = keep
 
