@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 from tqdm.auto import tqdm
 
 from minirl import data as data_lib
@@ -60,7 +61,7 @@ from minirl.protocol import DataProto
 from minirl.reward_model import RewardModelScorer
 from minirl.rewards import NaiveRewardManager, load_custom_reward_function
 from minirl.rollout_correction import compute_rollout_correction_and_rejection_mask
-from minirl.run_dir import CHECKPOINT_PREFIX, LATEST_FILE, RunLock, set_aside
+from minirl.run_dir import CHECKPOINT_PREFIX, LATEST_FILE, RunDirectoryBusy, RunLock, set_aside
 from minirl.seqlen_balancing import balance_order
 from minirl.sft import default_warm_start, warm_start_dir
 from minirl.workers import build_actor, build_critic, build_reference, build_rollout
@@ -488,11 +489,30 @@ class PPOTrainer:
         overwriting them.
         """
         try:
-            with RunLock(self.run_dir) if self.accelerator.is_main_process else contextlib.nullcontext():
+            with self._lock_run_dir():
                 return self._fit()
         finally:
             for group in self.worker_groups:
                 group.shutdown()
+
+    def _lock_run_dir(self) -> contextlib.ExitStack:
+        """Process 0 takes the run directory's lock and tells every process whether it got it.
+
+        A busy (or unwritable) directory then stops every process of a launch with the same message, instead of
+        process 0 alone while the others wait at the first barrier for a peer that has left.
+        """
+        held, refusal = contextlib.ExitStack(), None  # exiting `held` releases the lock
+        if self.accelerator.is_main_process:
+            try:
+                held.enter_context(RunLock(self.run_dir))
+            except (RunDirectoryBusy, ValueError) as error:
+                refusal = (type(error).__name__, str(error))
+        if self.accelerator.num_processes > 1:
+            refusal = broadcast_object_list([refusal], from_process=0)[0]
+        if refusal is not None:
+            kind, message = refusal
+            raise (RunDirectoryBusy if kind == "RunDirectoryBusy" else ValueError)(message)
+        return held
 
     def _start(self) -> bool:
         """Resume if a checkpoint says so; otherwise set an earlier run's files aside. Writes config.yaml."""

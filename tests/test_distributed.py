@@ -58,6 +58,21 @@ def test_trainer_refuses_processes_that_are_not_one_group(tmp_path):
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+def test_every_process_stops_with_the_same_message_on_a_busy_directory(tmp_path):
+    """Process 0 takes the run directory's lock and broadcasts the refusal: both processes exit with the message
+    (none waits at a barrier for a peer that left), and nothing is written to the directory."""
+    from minirl.run_dir import RunLock
+
+    run_dir = tmp_path / "busy"
+    with RunLock(run_dir):  # this test process is the first run
+        proc = launch("-m", "minirl", "train", f"trainer.default_local_dir={run_dir}", "trainer.total_training_steps=1",
+                      "trainer.val_before_train=false", "trainer.logger=[]", timeout=300)
+    refusals = [line for line in proc.stderr.splitlines() if line.startswith("error: another minirl run")]
+    assert proc.returncode != 0 and len(refusals) == 2 and refusals[0] == refusals[1], proc.stderr[-3000:]
+    assert f"pid {os.getpid()}" in refusals[0]
+    assert sorted(p.name for p in run_dir.iterdir()) == [".minirl.lock"]
+
+
 # ----------------------------------------------------------------------------------------------
 # One actor update on a fixed batch: micro-batches, dynamic batches and processes change nothing
 # ----------------------------------------------------------------------------------------------

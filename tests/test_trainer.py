@@ -180,6 +180,25 @@ def test_corrupt_latest_checkpoint_is_a_clear_error_and_keeps_the_earlier_one(tm
     assert json.loads((run_dir / "global_step_1" / "trainer_state.json").read_text())["global_step"] == 1
 
 
+def test_a_half_written_checkpoint_without_its_pointer_is_never_loaded(tmp_path, earlier_run, capfd):
+    """A checkpoint counts only once latest_checkpointed_iteration.txt names it (verl's marker). A run killed while
+    writing step 3 leaves `.tmp-global_step_3` (mid-write) or `global_step_3` (renamed, pointer not yet moved):
+    the resume starts from step 2, redoes step 3 and replaces both."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(earlier_run, run_dir)
+    for half in (run_dir / "global_step_3", run_dir / ".tmp-global_step_3"):
+        shutil.copytree(run_dir / "global_step_2" / "actor", half / "actor")
+        (half / "actor_optimizer.pt").write_bytes(b"truncated")  # and no trainer_state.json
+    assert (run_dir / LATEST_FILE).read_text() == "2"
+    history = train([f"trainer.default_local_dir={run_dir}", *SMALL, "trainer.total_training_steps=3"],
+                    show_progress=False)
+    assert f"resumed from {run_dir / 'global_step_2'} (step 2 of 3)" in capfd.readouterr().err
+    assert [record["step"] for record in history] == [3]
+    assert (run_dir / LATEST_FILE).read_text() == "3" and not list(run_dir.glob(".tmp-*"))
+    assert json.loads((run_dir / "global_step_3" / "trainer_state.json").read_text())["global_step"] == 3
+    assert (run_dir / "global_step_3" / "actor_optimizer.pt").stat().st_size > 100
+
+
 # ----------------------------------------------------------------------------------------------
 # The run directory: one run at a time, nothing lost (minirl/run_dir.py)
 # ----------------------------------------------------------------------------------------------
