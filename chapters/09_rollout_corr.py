@@ -78,6 +78,10 @@ BASE = ["data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "actor_roll
 # | **stale weights** | asynchronous and one-step-off-policy trainers (`verl/experimental/one_step_off_policy/`, `verl/experimental/fully_async_policy/`) sample with weights a few updates old | `actor_rollout_ref.rollout.weight_sync_interval=k` (minirl's own key: sync the engine after every k-th update) |
 # | **sampler** | top-k / top-p sampling renormalises over fewer tokens; the trainer scores with the full softmax | `actor_rollout_ref.rollout.top_k`, `top_p` (verl's keys) |
 #
+# Precision is there even in verl's synchronous runs with a colocated engine: colocation puts the engine on
+# the trainer's GPUs, but vLLM or SGLang still keeps its own copy of the weights, in `rollout.dtype`
+# (bfloat16 by default), re-synced at every step ([Chapter 10, section 4](10_hybridflow.ipynb#4-see-the-flow)).
+#
 # minirl's default engine shares the actor's float32 weights. Its mismatch is zero up to rounding: the
 # engine decodes token by token with a KV cache, the actor scores the whole answer in one pass, and the
 # two round differently (about $3\cdot10^{-7}$ in probability).

@@ -22,7 +22,7 @@
 # | **Core idea** | HybridFlow (Sheng et al., 2024): a **single controller** describes the dataflow of a step in plain sequential code (generate, score, compute log-probs and values, advantages, update); **worker groups** do the model work, each a set of processes that run SPMD inside the group; a call's **dispatch mode** says how its data is split over a group's ranks and how the results come back; the rollout engine and the trainer are connected by a **weight sync**. |
 # | **Beginner's view** | `RayPPOTrainer.fit()` is the director. The worker groups are the departments: each has its own crew and does one kind of work. vLLM or SGLang is the location crew that shoots the footage (generates). The director does not shoot a single frame, but decides when to shoot, when to review, and when the crew gets the new script (the weights). |
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (the dataflow); `verl/single_controller/base/decorator.py::register`, `Dispatch`, `dispatch_dp_compute_data_proto`, `collect_dp_compute_data_proto`, `make_nd_compute_dataproto_dispatch_fn`; `verl/single_controller/ray/base.py::RayWorkerGroup`, `create_colocated_worker_cls`; `verl/workers/engine_workers.py::ActorRolloutRefWorker`, `TrainingWorker`; `verl/checkpoint_engine/base.py::CheckpointEngineManager.update_weights` (the weight sync); `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` and `examples/ppo_trainer/run_qwen3_8b_megatron.sh` (the same algorithm on two training engines). |
-# | **Where next** | The reading map's advice: do the labs first ([Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb), [Lab B · Writing reward functions](lab_b_rewards.ipynb), [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb)), then come back here; [Chapter 9 · Rollout correction](09_rollout_corr.ipynb) for what happens when the engine's weights lag. Back to [the reading map](index.md). |
+# | **Where next** | The reading map's advice: do the labs first ([Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb), [Lab B · Writing reward functions](lab_b_rewards.ipynb), [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb)), then come back here; [Chapter 9 · Rollout correction](09_rollout_corr.ipynb) for what happens when the engine's weights or precision differ from the trainer's; [Chapter 1 · PPO](01_ppo.ipynb) and [Chapter 4 · GRPO](04_grpo.ipynb) for the algorithms this dataflow runs. Back to [the reading map](index.md). |
 #
 # Run time: 2.4 minutes in this run, on 2 CPU cores that other jobs shared while it ran (the same PPO run
 # three times: in one process, and twice on Ray). With `MINIRL_FAST=1` the runs are 2 steps and only one Ray
@@ -79,14 +79,16 @@ BASE = [*ROLES, "data.train_batch_size=16",
 # | `ref` | reference | DP_COMPUTE_PROTO | `verl/workers/engine_workers.py::ActorRolloutRefWorker.compute_ref_log_prob` |
 # | `values` | critic | DP_COMPUTE_PROTO | `verl/workers/engine_workers.py::TrainingWorker.infer_batch` |
 # | `adv` | driver | | `compute_advantage` in `ray_trainer.py` |
-# | `update_critic` | critic | ONE_TO_ALL | `verl/workers/engine_workers.py::TrainingWorker.train_batch` |
+# | `update_critic` | critic | ONE_TO_ALL | `verl/workers/engine_workers.py::TrainingWorker.train_mini_batch` (`RayPPOTrainer._update_critic` calls `critic_wg.train_mini_batch`) |
 # | `update_actor` | actor | ONE_TO_ALL | `verl/workers/engine_workers.py::ActorRolloutRefWorker.update_actor` |
 # | `update_weights` | actor → rollout engine | | `verl/workers/engine_workers.py::ActorRolloutRefWorker.update_weights`, through `CheckpointEngineManager` |
 #
-# verl 0.9.1's model methods are registered with `make_nd_compute_dataproto_dispatch_fn(mesh_name)`:
-# DP_COMPUTE_PROTO generalised to a device mesh, where the ranks that share one tensor- or
-# pipeline-parallel group receive the same chunk. On a data-parallel-only group it is DP_COMPUTE_PROTO.
-# Its workers also take a `TensorDict` rather than a `DataProto`.
+# verl 0.9.1's model methods, the updates included, are registered with
+# `make_nd_compute_dataproto_dispatch_fn(mesh_name)`: a row split generalised to a device mesh, where the
+# ranks that share one tensor- or pipeline-parallel group receive the same chunk. On a data-parallel-only
+# group it splits like DP_COMPUTE_PROTO, but without its padding (section 2). Its workers also take a
+# `TensorDict` rather than a `DataProto`. The ONE_TO_ALL of the two updates is minirl's choice (section 2
+# says why).
 #
 # minirl runs the same roles in two ways, chosen by one key (`trainer.use_ray`):
 #
@@ -126,19 +128,31 @@ for worker in (ActorWorker, RolloutWorker, ReferenceWorker, CriticWorker):
 # pass (each row is independent) but it is why group statistics (GRPO's mean and std per prompt) are
 # computed on the driver, on the whole batch, never inside a worker.
 #
-# verl pads the batch to a multiple of the group size before splitting
-# (`_split_args_kwargs_data_proto_with_auto_padding`) and drops the padding after; minirl gives the
-# first chunks one row more instead. verl splits the *updates'* data over the ranks in the same way: each rank
-# cuts its own chunk into mini-batches, so a verl run changes a little with the number of GPUs. minirl
+# A batch that does not divide by the number of ranks is where minirl and verl part. verl's
+# `Dispatch.DP_COMPUTE_PROTO` would pad it (`_split_args_kwargs_data_proto_with_auto_padding`), but 0.9.1's
+# workers do not use that mode: `make_nd_compute_dataproto_dispatch_fn` splits without padding
+# (`_split_args_kwargs_data_proto`), and `verl/utils/tensordict_utils.py::chunk_tensordict` asserts that the
+# rows divide evenly. So in the legacy trainer a step's `train_batch_size * rollout.n` responses must divide
+# by the data-parallel size (the default v1 trainer pads a step with no-op samples instead,
+# `verl/trainer/ppo/padding_utils.py::upsample_batch_to_divisible_size`; without dynamic batch size
+# `verl/utils/config.py::validate_config` refuses an uneven step at start-up for both), and in both trainers a
+# mini-batch's `ppo_mini_batch_size * rollout.n` must (`TrainingWorker.train_mini_batch` asserts it).
+# minirl's split gives the first chunks one row more, so it can split any batch (the 7 rows above), but its
+# trainer refuses a step or a mini-batch that does not split evenly over the ranks, as verl's legacy trainer
+# does (`minirl/batch_math.py::check_split_over_ranks`).
+#
+# verl splits the *updates'* data over the ranks too: each rank cuts its own chunk into mini-batches
+# (`TrainingWorker.train_mini_batch`), so a verl run changes a little with the number of GPUs. minirl
 # sends the whole batch to every rank (ONE_TO_ALL) and each rank takes its share of every global
 # mini-batch, so N ranks make exactly the update of one (`minirl/README.md`, items 13 and 36).
 #
 # ## 3. The same run, three ways
 #
 # The same seeded PPO run: in this process; on Ray with the rollout engine **colocated** in the actor's
-# group (verl's hybrid engine: same processes, same weights, `actor_rollout_ref.hybrid_engine=true`); and
-# on Ray with a **separate** rollout group that has its own copy of the weights, synced from the actor
-# after every update (`hybrid_engine=false`), with 2 ranks per group.
+# group (verl's hybrid engine, `actor_rollout_ref.hybrid_engine=true`: the engine runs on the actor's GPUs;
+# in minirl it also shares the actor's processes and float32 weights, while verl's engine keeps a copy of
+# its own, section 4); and on Ray with a **separate** rollout group that has its own copy of the weights,
+# synced from the actor after every update (`hybrid_engine=false`), with 2 ranks per group.
 #
 # Why can two ranks give the run of one? Each rank computes the loss of its rows of a mini-batch, divided
 # by the token count $T$ of the *whole* mini-batch: $L_r = \frac{1}{T}\sum_{t \in r} \ell_t$. The
@@ -288,19 +302,32 @@ print(f"\nOne weight sync moves the actor's whole state dict: "
 #   here (`timing_s/update_weights`) for 1.4 MiB. Almost all of it is moving: the two calls take 0.018 s
 #   and 0.022 s, of which 0.001 s each is compute. A sync moves $P \times$ (bytes per parameter): a 7B
 #   model in bfloat16 is $7\cdot 10^9 \times 2$ bytes $= 14$ GB; that is why verl streams the weights with NCCL or CUDA
-#   IPC (`CheckpointEngineManager`) instead of passing them through the driver, and why colocation, where
-#   the engine reads the actor's weights in place, is the default.
+#   IPC (`CheckpointEngineManager`) instead of passing them through the driver.
+# - **Colocation saves GPUs, not the copy.** In verl a colocated engine (vLLM, SGLang) also holds weights
+#   of its own, in `actor_rollout_ref.rollout.dtype` (bfloat16 by default), re-synced after every update.
+#   With the default `checkpoint_engine.backend=naive`, `CheckpointEngineManager.update_weights` has every
+#   actor rank run `verl/workers/engine_workers.py::ActorRolloutRefWorker.update_weights`: it gathers the
+#   actor's tensors (`engine.get_per_tensor_param`) and hands them to `rollout.update_weights`, which for
+#   vLLM (`vllm_rollout.py::ServerAdapter.update_weights`) streams them in buckets over CUDA IPC into the
+#   engine on the same GPU. What colocation saves is a second pool of GPUs (the engine sleeps while the
+#   actor trains) and a trip over the network. The engine's copy, in another precision and with other
+#   kernels, gives log-probs slightly different from the trainer's even in a synchronous run: that is
+#   [Chapter 9](09_rollout_corr.ipynb)'s precision mismatch. minirl's colocated engine samples with the
+#   actor's own float32 weights, so it has that mismatch only when you ask for it (`rollout.dtype=bfloat16`).
 #
 # ## 5. Where verl goes further
 #
 # minirl keeps one implementation of each role and runs it in-process or in a Ray group. verl 0.9.1
 # keeps the *worker API* fixed and swaps what is behind it:
 #
-# - **Training engines.** `actor_rollout_ref.actor.strategy` picks FSDP (`verl/workers/engine/fsdp/transformer_impl.py::FSDPEngine`)
-#   or Megatron-LM (`verl/workers/engine/megatron/transformer_impl.py::MegatronEngine`), both behind
-#   `verl/workers/engine/base.py::BaseEngine`, which `TrainingWorker` drives. `examples/ppo_trainer/run_qwen3_8b_fsdp.sh`
-#   and `examples/ppo_trainer/run_qwen3_8b_megatron.sh` run the same PPO with the same `fit()`: only the
-#   engine keys differ.
+# - **Training engines.** The Hydra config group `model_engine` picks FSDP (`dp`, the default:
+#   `verl/workers/engine/fsdp/transformer_impl.py::FSDPEngine`) or Megatron-LM (`model_engine=megatron`:
+#   `verl/workers/engine/megatron/transformer_impl.py::MegatronEngine`), both behind
+#   `verl/workers/engine/base.py::BaseEngine`, which `TrainingWorker` drives. The group swaps the actor's,
+#   the reference's and the critic's whole config blocks (`ppo_trainer.yaml` loads `${model_engine}_actor`
+#   and so on); setting `actor_rollout_ref.actor.strategy` alone does not switch the engine.
+#   `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` and `examples/ppo_trainer/run_qwen3_8b_megatron.sh` run the
+#   same PPO with the same `fit()`: only the engine keys differ (`model_engine=megatron` and its parallel sizes).
 # - **Rollout servers.** Generation is a server, not a method: `verl/workers/rollout/replica.py::RolloutReplica`
 #   with vLLM (`verl/workers/rollout/vllm_rollout/vllm_async_server.py::vLLMReplica`), SGLang or
 #   TensorRT-LLM behind it (`actor_rollout_ref.rollout.name`). Weights reach it through
@@ -308,17 +335,20 @@ print(f"\nOne weight sync moves the actor's whole state dict: "
 #   minirl's `state_dict` copy.
 # - **Colocation.** verl colocates roles by fusing their worker classes into one Ray actor
 #   (`verl/single_controller/ray/base.py::create_colocated_worker_cls`), so the actor, the rollout
-#   engine and the reference share GPUs and take turns; minirl's colocated layout shares one process per
-#   rank between the actor and its engine only.
+#   engine and the reference share GPUs and take turns, each with weights of its own (section 4); minirl's
+#   colocated layout shares one process per rank, and the weights, between the actor and its engine only.
 # - **The v1 trainer.** verl 0.9.1's default trainer (`verl/trainer/ppo/v1/trainer_base.py::PPOTrainer.fit`,
 #   `trainer.use_v1=true`) keeps the same stages but generates through an agent loop
 #   (`verl/experimental/agent_loop/agent_loop.py::AgentLoopManager`: multi-turn, tools), buffers the
 #   results (`verl/trainer/ppo/v1/replay_buffer.py::ReplayBuffer`, also the home of DAPO's group filter),
 #   and can overlap generation with training (`verl/trainer/ppo/v1/trainer_separate_async.py`), which is
 #   where Chapter 9's stale weights come from.
-# - **TransferQueue.** Instead of sending batches through the driver, v1 can put them in a distributed
-#   store that workers read directly (`transfer_queue.*` keys, `verl/trainer/ppo/v1/agent_loop_tq.py::AgentLoopManagerTQ`):
-#   the "moving" column above, removed from the driver's path.
+# - **TransferQueue.** The v1 trainer does not send batches through the driver: it keeps them in a
+#   distributed store that the workers read directly, and hands the workers keys into it (`KVBatchMeta`)
+#   instead of tensors. This is always on: `verl/trainer/main_ppo.py::TaskRunnerV1.run` sets
+#   `config.transfer_queue.enable = True` whatever `trainer/config/transfer_queue/transfer_queue.yaml` says
+#   (`enable: False`), and the default agent-loop manager, `verl/trainer/ppo/v1/agent_loop_tq.py::AgentLoopManagerTQ`,
+#   writes the generated responses there. The "moving" column above leaves the driver's path.
 #
 # ## 6. verl ↔ minirl
 #
@@ -326,16 +356,16 @@ print(f"\nOne weight sync moves the actor's whole state dict: "
 # |---|---|---|
 # | the dataflow | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` | `minirl/trainer.py::PPOTrainer.fit`, `train_step` |
 # | dispatch modes | `verl/single_controller/base/decorator.py::Dispatch`, `register` | `minirl/single_controller.py::Dispatch`, `register` |
-# | split / collect | `decorator.py::dispatch_dp_compute_data_proto`, `collect_dp_compute_data_proto` | `minirl/single_controller.py::dispatch_dp_compute_data_proto`, `collect_dp_compute_data_proto` |
+# | split / collect | `decorator.py::dispatch_nd_compute_dataproto`, `collect_nd_compute_dataproto` (what the workers use, no padding); `dispatch_dp_compute_data_proto`, `collect_dp_compute_data_proto` (DP_COMPUTE_PROTO, padded) | `minirl/single_controller.py::dispatch_dp_compute_data_proto`, `collect_dp_compute_data_proto` |
 # | a worker group | `verl/single_controller/ray/base.py::RayWorkerGroup` | `minirl/single_controller.py::WorkerGroup` |
 # | the workers | `verl/workers/engine_workers.py::ActorRolloutRefWorker`, `TrainingWorker` | `minirl/single_controller.py::ActorWorker`, `RolloutWorker`, `ReferenceWorker`, `CriticWorker` (around `minirl/workers.py`) |
 # | weight sync | `verl/checkpoint_engine/base.py::CheckpointEngineManager.update_weights` | `minirl/single_controller.py::SeparateRollout.update_weights`, `minirl/workers.py::Rollout.update_weights` |
 #
-# | config key | default | meaning |
+# | config key | minirl default | meaning |
 # |---|---|---|
 # | `trainer.use_ray` | `false` (minirl only) | run the roles as Ray worker groups driven by this process |
-# | `actor_rollout_ref.hybrid_engine` | `true` | the rollout engine shares the actor's weights (colocated); `false`: its own copy, synced after each update |
-# | `trainer.n_gpus_per_node`, `trainer.nnodes` | `null`, `1` | with `use_ray`, the ranks of each worker group |
+# | `actor_rollout_ref.hybrid_engine` | `true` (as verl) | the rollout engine is colocated with the actor (minirl's samples with the actor's own weights; verl's keeps its own copy, synced every step); `false`: a group of its own with its own copy, synced after each update (verl's legacy trainer asserts `true`; its v1 separate-async trainer reads `false`) |
+# | `trainer.n_gpus_per_node`, `trainer.nnodes` | `null` (verl: `8`), `1` | with `use_ray`, the ranks of each worker group (null: one) |
 # | `ray_kwargs.ray_init.num_cpus` | `null` | CPUs Ray may use (null: all) |
 #
 # ## 7. Exercises
@@ -387,6 +417,8 @@ for function in (single_controller.dispatch_dp_compute_data_proto, single_contro
 # %% [markdown]
 # ## 8. Where next
 #
+# - If you have not done them yet, the labs the reading map puts first: [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb),
+#   [Lab B · Writing reward functions](lab_b_rewards.ipynb), [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb).
 # - [Chapter 9 · Rollout correction](09_rollout_corr.ipynb): when the engine's weights or precision differ
 #   from the trainer's.
 # - [Chapter 1 · PPO](01_ppo.ipynb) and [Chapter 4 · GRPO](04_grpo.ipynb): the algorithms this dataflow

@@ -15,13 +15,21 @@ spread over the ranks and how the answers come back (verl's `verl/single_control
                                                                             (updates, loading, weight sync)
     RANK_ZERO          only rank 0 runs (verl: `Execute.RANK_ZERO`)         (saving, reading the weights)
 
-verl dispatches its updates with DP_COMPUTE_PROTO too (each rank cuts its own chunk into mini-batches);
-minirl sends the whole batch (ONE_TO_ALL) and each rank takes its share of every *global* mini-batch,
-so a group of N ranks makes exactly the update of one process (`minirl/parallel.py`).
+verl 0.9.1's workers register every model call, the updates too, with `make_nd_compute_dataproto_dispatch_fn`:
+a row split like DP_COMPUTE_PROTO but without padding, so the batch must divide by the data-parallel size
+(`_split_args_kwargs_data_proto`; `utils/tensordict_utils.py::chunk_tensordict` asserts it). Each verl rank
+cuts its own chunk into mini-batches (`TrainingWorker.train_mini_batch`). minirl sends the updates' batch
+ONE_TO_ALL and each rank takes its share of every *global* mini-batch, so a group of N ranks makes exactly
+the update of one process (`minirl/parallel.py`); the trainer still refuses batches that would not split
+evenly in verl (`minirl/batch_math.py::check_split_over_ranks`).
 
-The rollout engine is either colocated with the actor (verl's hybrid engine: the same ranks, the same
-weights) or a group of its own (`actor_rollout_ref.hybrid_engine=false`) whose weights the driver copies
-from the actor's rank 0 after each update (`update_weights`), the way verl syncs a vLLM server.
+The rollout engine is either colocated with the actor (verl's hybrid engine: here the same ranks and the
+actor's own weights) or a group of its own (`actor_rollout_ref.hybrid_engine=false`) whose weights the driver
+copies from the actor's rank 0 after each update (`update_weights`). In verl even a colocated vLLM or SGLang
+engine keeps its own copy of the weights (`rollout.dtype`, bfloat16 by default), re-synced every step
+(`workers/engine_workers.py::ActorRolloutRefWorker.update_weights` with the `naive` backend hands the actor's
+tensors to `rollout.update_weights`): colocation saves GPUs, not the copy (Chapter 10, Chapter 9's precision
+mismatch).
 
 Every call is timed on the driver (wall time, including moving the data) and on the ranks (compute
 time): `WorkerGroup.timeline` holds one record per call, for Chapter 10's Gantt chart.
@@ -72,8 +80,10 @@ def register(dispatch_mode: Dispatch):
 def dispatch_dp_compute_data_proto(data: DataProto, world_size: int) -> list[DataProto]:
     """Split `data` into `world_size` contiguous chunks, the first ones one row longer if needed.
 
-    verl pads the batch to a multiple of the group size instead (`_split_args_kwargs_data_proto_with_auto_padding`)
-    and drops the padding after the call; near-equal chunks need no padding.
+    verl's `Dispatch.DP_COMPUTE_PROTO` pads the batch to a multiple of the group size instead
+    (`_split_args_kwargs_data_proto_with_auto_padding`), but 0.9.1's workers use
+    `make_nd_compute_dataproto_dispatch_fn`, which neither pads nor accepts uneven chunks (it asserts the batch
+    divides). minirl accepts any batch here; its trainer checks the sizes verl needs (`check_split_over_ranks`).
     """
     if len(data) < world_size:
         raise ValueError(f"a batch of {len(data)} rows cannot be split over {world_size} ranks: every rank needs "
@@ -296,7 +306,11 @@ class WorkerGroup:
 
 
 class ColocatedRollout:
-    """The trainer's rollout when the engine lives in the actor's group (verl's hybrid engine)."""
+    """The trainer's rollout when the engine lives in the actor's group (verl's hybrid engine).
+
+    Here the engine samples with the actor's own weights (unless rollout.dtype or weight_sync_interval gives it a
+    copy, minirl/workers.py::Rollout); verl's colocated engine always holds its own copy, synced every step.
+    """
 
     def __init__(self, actor_group: WorkerGroup):
         self.group = actor_group
