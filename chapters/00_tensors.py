@@ -192,7 +192,8 @@ for scale in [1, 100]:
 # - the variance is **unbiased** ($N/(N-1)$, Bessel's correction) and taken over **all valid tokens
 #   of the batch**, not row by row;
 # - `masked_whiten` does **not** multiply its result by the mask: padding positions hold
-#   $(x-\mu)/\sigma$ too. GAE (Chapter 2) whitens its advantages with it.
+#   $(x-\mu)/\sigma$ too. GAE (Chapter 2) whitens its advantages with it, REINFORCE++ (Chapter 7) its
+#   returns.
 #
 # `masked_sum` replaces padding by 0 before multiplying, so a NaN sitting in padding cannot leak in.
 # Here is `masked_sum`. `masked_mean` and `masked_whiten` are Exercises 0.1 and 0.2: write them first;
@@ -356,8 +357,8 @@ plt.show()
 #
 # <details>
 # <summary>Hint for 0.2</summary>
-# Compute one mean and one variance for the whole batch: call your <code>masked_mean</code> with
-# <code>axis=None</code>. The unbiased variance multiplies the masked mean of squared deviations by
+# Compute one mean and one variance for the whole batch: call your <code>masked_mean</code> (Exercise
+# 0.1, in the same file) with <code>axis=None</code>. The unbiased variance multiplies the masked mean of squared deviations by
 # N/(N-1), with N the number of valid tokens.
 # </details>
 #

@@ -21,8 +21,8 @@
 # | **Problem** | A policy-gradient step computed on a batch is only trustworthy near the policy that sampled the batch. Reusing the batch for several updates, or taking a large step, lets the policy run away from it: the update optimises a stale estimate, and the model can collapse. |
 # | **Core formula** | $r_t(\theta) = \dfrac{\pi_\theta(a_t \mid s_t)}{\pi_{\text{old}}(a_t \mid s_t)}$, $\quad L^{\text{clip}} = \mathbb{E}_t\big[\min(r_t A_t,\ \operatorname{clip}(r_t, 1-\epsilon, 1+\epsilon) A_t)\big]$. In an LLM, $a_t$ is the $t$-th response token. |
 # | **Beginner's view** | Good answers may become more likely, bad ones less likely, but never by much in one go: `clip_ratio` is the safety rope. |
-# | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (rollout, recompute `old_log_probs`, update; verl's legacy trainer, see section 5); `verl/trainer/ppo/core_algos.py::compute_policy_loss_vanilla` (ratio, `actor/pg_clipfrac`, `actor/ppo_kl`); `core_algos.py::agg_loss`; `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (verl's FSDP PPO example: GAE with a critic, `rollout.n=1`). |
-# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) to run PPO end to end, then [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) for `actor/pg_clipfrac` and `actor/ppo_kl`; [Chapter 2 · GAE](02_gae.ipynb) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic. |
+# | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (rollout, recompute `old_log_probs`, update; verl's legacy trainer, see section 5); `verl/trainer/ppo/core_algos.py::compute_policy_loss_vanilla` (ratio, `actor/pg_clipfrac`, `actor/ppo_kl`); `core_algos.py::agg_loss`; `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (tag v0.9.0; verl's FSDP PPO example: GAE with a critic, `rollout.n=1`). |
+# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) to run PPO end to end, then [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) for `actor/pg_clipfrac` and `actor/ppo_kl`; [Chapter 2 · GAE](02_gae.ipynb) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic. Back to [the reading map](index.md). |
 #
 # Run time: 6.2 minutes in the run shown here, on 2 CPU cores (twelve small training runs: four settings, three
 # seeds each; the first cell names the machine, the last prints the time). With `MINIRL_FAST=1` every run
@@ -308,8 +308,12 @@ for function in (ppo.compute_policy_loss, core.agg_loss):
 # %% [markdown]
 # ## 7. Where next
 #
+# - [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb): PPO end to end, from verl's data to its quickstart command.
+# - [Lab C · Reading the debug metrics](lab_c_metrics.ipynb): `actor/pg_clipfrac`, `actor/ppo_kl` and the
+#   other metrics of a run, with their healthy ranges.
 # - [Chapter 2 · GAE](02_gae.ipynb): where $A_t$ comes from when there is a critic.
 # - [Chapter 4 · DeepSeekMath / GRPO](04_grpo.ipynb): the same clipped loss, with group baselines instead of a critic.
+# - Back to [the reading map](index.md).
 # - References: Schulman et al., *Proximal Policy Optimization Algorithms* (2017); Ye et al., dual-clip
 #   PPO (2019); verl docs `docs/algo/ppo.md`.
 

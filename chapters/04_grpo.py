@@ -21,8 +21,8 @@
 # | **Problem** | PPO needs a critic, a second model as large as the policy, trained alongside it, only to estimate how good a response "should" be. It costs memory and time, and its errors bias the advantages. |
 # | **Core formula** | Sample $G$ = `rollout.n` responses per prompt, score them, and compare each with its own group: $A_i = \dfrac{R_i - \operatorname{mean}(R_1..R_G)}{\operatorname{std}(R_1..R_G) + \varepsilon}$. No value model. |
 # | **Beginner's view** | Ask the model the same question 8 times. The answers that did better than the model's own average get pushed up, the worse ones pushed down. |
-# | **verl source** | `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (a `uid` per prompt, then `repeat(rollout.n, interleave=True)`; verl's legacy trainer, see section 6); `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`. |
-# | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb) for every key of verl's GRPO script and the batch arithmetic; [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb): what to do with groups that carry no signal, and how the loss is normalised. Back to [the reading map](index.md). |
+# | **verl source** | `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (a `uid` per prompt, then `repeat(rollout.n, interleave=True)`; verl's legacy trainer, see section 6); `examples/grpo_trainer/run_qwen3_8b_fsdp.sh` (tag v0.9.0). |
+# | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): every key of verl's GRPO script and the batch arithmetic; [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb): what to do with groups that carry no signal, and how the loss is normalised; [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb): other baselines without a critic, and your own estimator. Back to [the reading map](index.md). |
 #
 # Run time: 5.0 minutes in the run shown here, on 2 CPU cores (the code below trains 14 small runs; the first
 # output names the machine, the last prints the run time). With `MINIRL_FAST=1` every run shrinks to a few steps.
@@ -399,10 +399,13 @@ for function in (grpo.compute_grpo_outcome_advantage, core.group_mean_std):
 # %% [markdown]
 # ## 8. Where next
 #
+# - [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): every key of verl's GRPO script and
+#   the batch arithmetic.
 # - [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb): dynamic sampling of zero-spread groups, clip-higher, and
 #   the loss normalisation behind `norm_adv_by_std_in_grpo=False`.
 # - [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb): other baselines without a critic, their
 #   gradient variance measured, and how to register your own estimator.
+# - Back to [the reading map](index.md).
 # - References: Shao et al., *DeepSeekMath* (2024), section 4 (GRPO); Liu et al., *Understanding
 #   R1-Zero-Like Training: A Critical Perspective* (2025, Dr.GRPO); verl docs `docs/algo/grpo.md`.
 

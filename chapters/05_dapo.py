@@ -21,8 +21,8 @@
 # | **Problem** | GRPO on long chains of thought meets four practical problems: the policy's entropy collapses (it stops exploring), more and more groups are all right or all wrong (advantage 0: compute spent, nothing learned), answers hit the length limit and are cut off, and the way the loss is averaged treats long and short answers differently. DAPO (Yu et al., 2025) is a recipe of four fixes; Dr.GRPO (Liu et al., 2025) removes two normalisations of GRPO that bias it. |
 # | **Core formula** | DAPO: $\mathcal{J} = \mathbb{E}\Big[\frac{1}{\sum_i \lvert o_i\rvert}\sum_{i=1}^{G}\sum_{t}\min\big(\rho_{i,t}\hat A_{i},\ \operatorname{clip}(\rho_{i,t}, 1-\varepsilon_{\text{low}}, 1+\varepsilon_{\text{high}})\hat A_{i}\big)\Big]$ subject to $0 < \lvert\{o_i \text{ right}\}\rvert < G$. Dr.GRPO: $\hat A_i = R_i - \operatorname{mean}(R)$ (no division by the std) and the token losses summed, divided by a constant. |
 # | **Beginner's view** | Four pieces of advice for a long exam: count every written word equally when grading (token-level loss); let unlikely good ideas grow faster than the usual limit (clip-higher); skip the questions where the whole class got the same mark, they teach nothing (dynamic sampling); and take off marks gently as an answer nears the page limit instead of tearing the page off (overlong shaping). |
-# | **verl source** | `verl/trainer/ppo/core_algos.py::agg_loss` (`actor_rollout_ref.actor.loss_agg_mode`), `compute_policy_loss_vanilla` (`clip_ratio_low`, `clip_ratio_high`), `compute_grpo_outcome_advantage` (`algorithm.norm_adv_by_std_in_grpo`); `verl/experimental/reward_loop/reward_manager/dapo.py::DAPORewardManager.run_single` (overlong shaping); `verl/trainer/ppo/v1/replay_buffer.py::ReplayBuffer._dapo_filtered_keys` (dynamic sampling, `algorithm.filter_groups.*`); `docs/algo/dapo.md`. |
-# | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb) for `loss_agg_mode` and `norm_adv_by_std_in_grpo` in the whole config; [Chapter 8 · DeepSeek-R1](08_r1.ipynb) for the task and the verifier; [Chapter 4 · GRPO](04_grpo.ipynb) for the advantage; [Chapter 1 · PPO](01_ppo.ipynb) for the clip. Back to [the reading map](index.md). |
+# | **verl source** | `verl/trainer/ppo/core_algos.py::agg_loss` (`actor_rollout_ref.actor.loss_agg_mode`), `compute_policy_loss_vanilla` (`clip_ratio_low`, `clip_ratio_high`), `compute_grpo_outcome_advantage` (`algorithm.norm_adv_by_std_in_grpo`); `verl/experimental/reward_loop/reward_manager/dapo.py::DAPORewardManager.run_single` (overlong shaping); `verl/trainer/ppo/v1/replay_buffer.py::ReplayBuffer._dapo_filtered_keys` (dynamic sampling, `algorithm.filter_groups.*`); `docs/algo/dapo.md` (tag v0.9.0). |
+# | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): `loss_agg_mode` and `norm_adv_by_std_in_grpo` in a whole verl config; [Chapter 8 · DeepSeek-R1](08_r1.ipynb): the chain task, thinking that emerges, and verifiers; [Chapter 4 · GRPO](04_grpo.ipynb): the group baseline these ingredients adjust; [Chapter 1 · PPO](01_ppo.ipynb): the clipped objective clip-higher changes. Back to [the reading map](index.md). |
 #
 # Run time: 13.6 minutes in the run shown here, on 2 CPU cores with other jobs sharing them (24 short training
 # runs, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`
@@ -158,7 +158,7 @@ for key in ("minirl/zero_spread_group_frac", "actor/entropy", "response_length/c
 # one step, while one at 0.9 reaches 1: the clip limits exactly the rare tokens that exploration needs.
 # DAPO raises the upper limit only.
 #
-# **Dynamic sampling** (`algorithm.filter_groups.enable`, `.metric`, `.max_num_gen_batches`). Drop every
+# **Dynamic sampling** (`algorithm.filter_groups.enable`, `.metric`, and a limit, section 8). Drop every
 # group whose metric (here `acc`) has no spread, and generate more prompts until `train_batch_size` groups
 # remain: every trained group carries a signal.
 #
@@ -390,6 +390,17 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 # | overlong shaping | `verl/experimental/reward_loop/reward_manager/dapo.py::DAPORewardManager.run_single` (the older `verl/workers/reward_manager/dapo.py` has the same branch) | `minirl/dapo.py::compute_overlong_penalty`, `DAPORewardManager` |
 # | dynamic sampling | `verl/trainer/ppo/v1/replay_buffer.py::ReplayBuffer._dapo_filtered_keys` (the v1 trainer; the legacy trainer has none, the DAPO recipe had `RayDAPOTrainer.fit`) | `minirl/dapo.py::filter_groups`, the loop in `minirl/trainer.py::PPOTrainer` |
 #
+# Which trainer: in verl 0.9.1 dynamic sampling lives in the default v1 trainer's replay buffer
+# (`ReplayBuffer.sample`: it drops groups as they finish and asks for fresh prompts to replace them).
+# The legacy `RayPPOTrainer.fit()` that minirl mirrors has no dynamic sampling; the DAPO recipe (now in
+# the separate verl-recipe repository) had its own `RayDAPOTrainer.fit`, a loop of whole generation
+# batches. minirl keeps that loop (`filter_groups`, then generate again until the batch is full). The two
+# differ in their limit. The recipe's loop, and minirl's, stop with an error after
+# `filter_groups.max_num_gen_batches` rounds. The v1 buffer ignores that key (it logs a warning that says
+# so); its only limit is `filter_groups.max_inflight_gen_batches`, how many prompt batches (in units of
+# `data.train_batch_size`) may be generating at once while it refills. That caps the extra generation in
+# flight, not the total: v1 keeps refilling until enough groups with a spread have finished.
+#
 # | config key (verl 0.9.1 = minirl) | default | DAPO | meaning |
 # |---|---|---|---|
 # | `actor_rollout_ref.actor.loss_agg_mode` | `token-mean` | `token-mean` | how token losses become one number (section 2) |
@@ -397,7 +408,8 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 # | `actor_rollout_ref.actor.clip_ratio_low` / `clip_ratio_high` | `0.2` / `0.2` | `0.2` / `0.28` | the PPO clip below and above 1 |
 # | `algorithm.filter_groups.enable` | `False` | `True` | dynamic sampling |
 # | `algorithm.filter_groups.metric` | `reward` in 0.9.1 | `acc` | the per-answer value whose spread decides |
-# | `algorithm.filter_groups.max_num_gen_batches` | `0` (no limit) | `10` | give up after this many generation rounds (verl's v1 buffer ignores it) |
+# | `algorithm.filter_groups.max_num_gen_batches` | `0` (no limit) | `10` | give up after this many generation rounds: the DAPO recipe's trainer and minirl (verl 0.9.1's v1 buffer ignores it with a warning; the legacy trainer has no dynamic sampling) |
+# | `algorithm.filter_groups.max_inflight_gen_batches` | `1` | not set | v1 only: how many prompt batches (in `data.train_batch_size` units) may be generating at once while the buffer refills; it bounds concurrency, not the total (minirl accepts it without effect: its loop generates one batch at a time) |
 # | `reward.reward_manager.name` | `naive` | `dapo` | the manager that adds the overlong penalty |
 # | `reward.reward_kwargs.overlong_buffer_cfg.enable`, `.len`, `.penalty_factor`, `.log` | absent | `True`, `4096`, `1.0`, `False` | the penalty zone and its depth (verl's scripts add them with `+`) |
 # | `reward.reward_kwargs.max_resp_len` | absent | `data.max_response_length` | where the zone ends |
@@ -412,8 +424,9 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 # | `minirl/overlong_reward/mean`, `minirl/overlong/mean` | the mean penalty and the share penalised (`overlong_buffer_cfg.log=True`) |
 # | `minirl/response_length/wrong_mean`, `correct_mean` | lengths of wrong and right answers (minirl only) |
 #
-# verl's DAPO scripts (tag v0.9.0; for example the colocated 7B math script of its one-step-off-policy
-# recipe, a shell script not shipped in the wheel) set clip-higher, the token-level loss and the overlong
+# verl's DAPO scripts (read in the repository at the v0.9.0 tag, as [the reading map](index.md#which-verl-this-book-reads)
+# explains; for example the colocated 7B math script of its one-step-off-policy
+# recipe) set clip-higher, the token-level loss and the overlong
 # buffer together: `clip_ratio_high=0.28`, `loss_agg_mode=token-mean`, `reward.reward_manager.name=dapo`, a
 # 4096-token buffer on an 8192-token budget. `docs/algo/dapo.md` shows the `filter_groups` block (`metric: acc`, `max_num_gen_batches: 10`).
 #
@@ -449,9 +462,10 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 # aggregation and the clip: the token-level loss and clip-higher weigh and bound a signal, and there is
 # none. The step costs a full generation and changes nothing (a KL loss, if on, still pulls toward the
 # reference). Dynamic sampling on `acc` drops all 16 groups and generates again until 16 informative
-# groups exist; if the task has become too easy it may never find them, so set
-# <code>filter_groups.max_num_gen_batches</code> (minirl then stops with an error that says so) and move to
-# harder prompts. Overlong shaping is the one ingredient that can change the rewards themselves: right
+# groups exist; if the task has become too easy it may never find them. minirl (like the DAPO recipe's
+# trainer) stops with an error after <code>filter_groups.max_num_gen_batches</code> rounds, if you set it;
+# verl 0.9.1's v1 buffer ignores that key and only bounds how much it generates at once
+# (<code>max_inflight_gen_batches</code>), so watch its refills. Either way, move to harder prompts. Overlong shaping is the one ingredient that can change the rewards themselves: right
 # answers that enter the penalty zone get less than 1, so a group of 8 right answers of different lengths
 # has a spread (in the reward, not in `acc`) and a signal toward shorter answers.
 # </details>
@@ -467,9 +481,12 @@ for function in (dapo.compute_overlong_penalty, dapo.filter_groups):
 # %% [markdown]
 # ## 10. Where next
 #
+# - [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): `loss_agg_mode` and
+#   `norm_adv_by_std_in_grpo` in a whole verl config.
 # - [Chapter 8 · DeepSeek-R1](08_r1.ipynb): the chain task, thinking that emerges, and verifiers.
 # - [Chapter 4 · GRPO](04_grpo.ipynb): the group baseline these ingredients adjust.
 # - [Chapter 1 · PPO](01_ppo.ipynb): the clipped objective clip-higher changes.
+# - Back to [the reading map](index.md).
 # - References: Yu et al. (2025), *DAPO: An Open-Source LLM Reinforcement Learning System at Scale*; Liu et
 #   al. (2025), *Understanding R1-Zero-Like Training: A Critical Perspective* (Dr.GRPO); Shao et al. (2024),
 #   *DeepSeekMath* (GRPO); verl's `docs/algo/dapo.md`.

@@ -21,8 +21,8 @@
 # | **Problem** | Nobody can label good reasoning at scale, but for maths and code a program can check the final answer. Can reinforcement learning against such a checker alone teach a model to reason? DeepSeek-R1-Zero says yes: GRPO with a rule reward (right answer, right format) on a base model, and long chains of thought appear by themselves. DeepSeek-R1 adds a small "cold start" SFT on readable reasoning first. |
 # | **Core formula** | A rule reward, no reward model: $r(x, y) = \mathbb{1}[\text{verifier}(y) = \text{answer}(x)] + w\cdot\mathbb{1}[y \text{ has the } \texttt{<think>} \text{ format}]$, optimised with GRPO ([Chapter 4](04_grpo.ipynb)). Sampling quality is reported as pass@k $= 1 - \binom{n-c}{k}\big/\binom{n}{k}$. |
 # | **Beginner's view** | The teacher grades only the final answer. Nobody tells the student to show their work. If showing the work makes the answer right more often, the student who happens to do it gets better grades, and slowly always does it. But the teacher's answer checker is now the whole curriculum: if it can be fooled, the student learns to fool it. |
-# | **verl source** | The rule scorers in `verl/utils/reward_score/` (`gsm8k.py::compute_score`, `math_reward.py::compute_score`, `math_dapo.py::compute_score`, `math_verify.py::compute_score`), chosen by `data_source` in `verl/utils/reward_score/__init__.py::default_compute_score`; your own through `reward.custom_reward_function.path`; data in verl's schema from `examples/data_preprocess/gsm8k.py` and `examples/data_preprocess/math_dataset.py`; GRPO in `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; the minimal RLVR run `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`. |
-# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) and [Lab B · Writing reward functions](lab_b_rewards.ipynb) for the data, the verifier and your own reward; [Chapter 4 · GRPO](04_grpo.ipynb) for the optimiser; [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for the recipe details that keep long-reasoning RL stable. Back to [the reading map](index.md). |
+# | **verl source** | The rule scorers in `verl/utils/reward_score/` (`gsm8k.py::compute_score`, `math_reward.py::compute_score`, `math_dapo.py::compute_score`, `math_verify.py::compute_score`), chosen by `data_source` in `verl/utils/reward_score/__init__.py::default_compute_score`; your own through `reward.custom_reward_function.path`; data in verl's schema from `examples/data_preprocess/gsm8k.py` and `examples/data_preprocess/math_dataset.py`; GRPO in `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; the minimal RLVR run `examples/grpo_trainer/run_qwen3_8b_fsdp.sh` (scripts: tag v0.9.0). |
+# | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) and [Lab B · Writing reward functions](lab_b_rewards.ipynb) for the data, the verifier and your own reward; [Chapter 4 · GRPO](04_grpo.ipynb) for the optimiser; [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for the recipe details that keep long-reasoning RL stable; [Chapter 3 · InstructGPT](03_rlhf.ipynb) for a *learned* reward, and how a policy exploits it. Back to [the reading map](index.md). |
 #
 # Run time: 14.5 minutes in this run (the last cell prints it) on 2 CPU cores that other notebooks' runs were
 # sharing at the time, so a run alone should be faster. It covers 12 training runs of 20-40 steps (two at a
@@ -496,10 +496,13 @@ for function in (rewards.think_format, rewards.extract_solution, metrics.pass_at
 # %% [markdown]
 # ## 9. Where next
 #
+# - [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) and [Lab B · Writing reward functions](lab_b_rewards.ipynb):
+#   the data, the verifier and your own reward, on GSM8K.
 # - [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb): the recipe details that keep long-reasoning RL stable, on this chapter's
 #   task (token-level loss and length, clip-higher, dynamic sampling, the overlong penalty).
 # - [Chapter 4 · GRPO](04_grpo.ipynb): the optimiser used here.
 # - [Chapter 3 · InstructGPT](03_rlhf.ipynb): a *learned* reward, and how a policy exploits it.
+# - Back to [the reading map](index.md).
 # - References: DeepSeek-AI (2025), *DeepSeek-R1: Incentivizing Reasoning Capability in LLMs via
 #   Reinforcement Learning*; Shao et al. (2024), *DeepSeekMath* (GRPO); Chen et al. (2021), *Evaluating
 #   Large Language Models Trained on Code* (pass@k); Lambert et al. (2024), *Tülu 3* (RL with verifiable
