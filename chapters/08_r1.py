@@ -111,10 +111,9 @@ for row, text, result in answers[:16:2]:
 # %% [markdown]
 # In this run (200 test prompts, 8 samples each, from this one warm start) 0.22 of the warm start's answers
 # are worked, and **worked answers are right 1.6 times as often as direct ones** (0.401 against 0.243).
-# The premise holds here, and it holds only in a narrow band: in runs not shown here (other warm starts,
-# same measurement), with more terms both styles failed more and the gap shrank, and with larger numbers
-# the tiny model failed at both. A reward can only favour a behaviour that already pays *and* that the
-# policy already produces sometimes.
+# The premise holds for this task and this warm start; it is a measurement, not a law, and the chapter
+# builds on it only here. A reward can only favour a behaviour that already pays *and* that the policy
+# already produces sometimes.
 #
 # ## 2. The formulas
 #
@@ -142,7 +141,7 @@ for row, text, result in answers[:16:2]:
 #
 # GRPO from the mixed warm start, rewarded by the strict verifier only (no format reward at all: the
 # purest form of the claim), 3 seeds. The learning rate is 3e-4, higher than Chapter 4's 1e-4, to fit the
-# chapter's time budget; in runs not shown here, lr 1e-4 moved along the same curves more slowly.
+# chapter's time budget.
 # `run_grid` trains the
 # seeds as separate `python -m minirl train` processes, two at a time, one per core.
 #
