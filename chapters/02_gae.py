@@ -414,7 +414,7 @@ for label, runs in learning.items():
 # | `algorithm.adv_estimator` | verl `gae`, minirl `grpo` | `gae` creates a critic |
 # | `algorithm.gamma` | 1.0 | discount $\gamma$ |
 # | `algorithm.lam` | 1.0 | GAE $\lambda$ (verl's default keeps the Monte-Carlo estimate) |
-# | `critic.model.path` | (the policy) | the critic's starting weights; a token-classification head is added |
+# | `critic.model.path` | verl: a placeholder, `~/models/deepseek-llm-7b-chat`, not the policy's path (set it; verl's PPO example sets the policy's model); minirl: `tiny`, the warm start the policy starts from | the critic's starting weights; a token-classification head is added |
 # | `critic.optim.lr` | verl 1e-5, minirl 1e-3 | the critic's learning rate |
 # | `critic.cliprange_value` | 0.5 | the value clip $c$ |
 # | `critic.ppo_mini_batch_size`, `critic.ppo_epochs` | as the actor's | the critic's own update schedule |
@@ -483,6 +483,7 @@ for function in (gae.compute_gae_advantage_return, core.masked_whiten):
 # %% [markdown]
 # ## 8. Where next
 #
+# - [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb): the advantage and the update in a full PPO run.
 # - [Chapter 1 · PPO](01_ppo.ipynb): the clipped loss these advantages feed.
 # - [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb): baselines without a critic, and how to
 #   measure an estimator's variance.

@@ -22,7 +22,7 @@
 # | **Core formula** | Reward model (Bradley-Terry): $\mathcal{L}_{RM} = -\log\sigma\big(r(x, y_w) - r(x, y_l)\big)$. PPO's reward: $R(x, y) = r(x, y) - \beta\,\mathrm{KL}\big(\pi(\cdot\mid x)\,\Vert\,\pi_{\text{ref}}(\cdot\mid x)\big)$, paid per token in verl: $r_t = \text{score}_t - \beta\,\mathrm{kl}_t$. |
 # | **Beginner's view** | First teach a judge what people like, then let the model write answers and have the judge grade them. The judge is only a model of people, so a student who studies the judge instead of the subject finds its blind spots. The KL term is a leash: stay close to how you answered before. |
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::apply_kl_penalty` ($r_t = \text{score}_t - \beta\,\mathrm{kl}_t$); `verl/trainer/ppo/core_algos.py::kl_penalty` (`kl`, `abs`, `mse`, `low_var_kl`, `full`), `FixedKLController`, `AdaptiveKLController`; the reward model in `verl/experimental/reward_loop/reward_loop.py::RewardLoopWorker.compute_score_disrm`; `docs/examples/config.rst` (`algorithm.use_kl_in_reward` vs `actor_rollout_ref.actor.use_kl_loss`); `examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh` (a run scored by a reward model). |
-# | **Where next** | [Lab B · Writing reward functions](lab_b_rewards.ipynb) and the KL part of [Lab C · Reading the debug metrics](lab_c_metrics.ipynb); [Chapter 6 · DPO](06_dpo.ipynb): the same comparisons, no reward model and no rollout. [Chapter 1 · PPO](01_ppo.ipynb) and [Chapter 2 · GAE](02_gae.ipynb) for the optimiser used in stage 3. Back to [the reading map](index.md). |
+# | **Where next** | [Chapter 6 · DPO](06_dpo.ipynb): the same comparisons, no reward model and no rollout; [Chapter 4 · GRPO](04_grpo.ipynb): the KL as a loss term instead of a reward term; [Lab B · Writing reward functions](lab_b_rewards.ipynb) and the KL part of [Lab C · Reading the debug metrics](lab_c_metrics.ipynb). Back to [the reading map](index.md). |
 #
 # Run time: 7.7 minutes in the run shown here, on 2 CPU cores (a reward model, a numeric experiment, nine
 # short PPO runs; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`
@@ -212,7 +212,7 @@ for name, select, truth in [
 # | `abs` | $\lvert x\rvert$ | biased upward |
 # | `mse` (k2) | $\tfrac12 x^2$ | biased, low variance, never negative; its gradient is the KL's |
 # | `low_var_kl` (k3) | $e^{-x} - 1 + x$ | unbiased, low variance, never negative (verl clamps it to $[-10, 10]$) |
-# | `full` | $\sum_a \pi(a) \log\frac{\pi(a)}{\pi_{\text{ref}}(a)}$ over the vocabulary | exact; needs whole distributions. verl 0.9.1's `kl_penalty_forward` raises `NotImplementedError` for it, and so does minirl |
+# | `full` | $\sum_a \pi(a) \log\frac{\pi(a)}{\pi_{\text{ref}}(a)}$ over the vocabulary | exact; needs whole distributions. verl 0.9.1's `kl_penalty_forward` raises `NotImplementedError` for it; minirl does not offer it (a `ValueError` naming the valid modes, already when the config is read) |
 #
 # A numeric check against the exact KL between two known distributions over 50 tokens, moving the
 # reference further away:
@@ -411,18 +411,18 @@ for row, text, score in zip(sample_rows, texts, scores.tolist()):
 # | estimators | `verl/trainer/ppo/core_algos.py::kl_penalty`, `kl_penalty_forward` | `minirl/kl.py::kl_penalty`, `kl_penalty_forward` |
 # | controllers | `core_algos.py::FixedKLController`, `AdaptiveKLController` | `minirl/kl.py` (same names) |
 # | reward model scoring | `verl/experimental/reward_loop/reward_loop.py::RewardLoopWorker.compute_score_disrm` (a vLLM/SGLang server classifies prompt + answer); `experimental/reward_loop/reward_manager/base.py::RewardManagerBase.assemble_rm_scores` (score on the last response token) | `minirl/reward_model.py::RewardModelScorer` (the model in-process) |
-# | legacy keys | `experimental/reward_loop/reward_loop.py::migrate_legacy_reward_impl` | `minirl/config.py::ALIASES` |
+# | legacy top-level keys (`reward_model.*`, `custom_reward_function.*`) | accepted and ignored by `main_ppo` (nulls in `trainer/config/legacy_reward_impl.yaml`; only the fully asynchronous trainer calls `experimental/reward_loop/reward_loop.py::migrate_legacy_reward_impl`), so the run scores with `default_compute_score` | refused with a `ValueError` naming the `reward.` key (`minirl/config.py::legacy_reward_key_error`) |
 # | reward model training | none in verl (it serves a trained one); TRL's `RewardTrainer` | `minirl/reward_model.py::train_reward_model`, `python -m minirl train-rm` |
 #
 # | config key (verl 0.9.1 = minirl) | default | meaning |
 # |---|---|---|
-# | `reward.reward_model.enable` | `False` | score with a reward model; with no `reward.custom_reward_function`, it is the only reward (legacy: `reward_model.enable`) |
-# | `reward.reward_model.model_path` | `null` | the reward model (legacy: `reward_model.model.path`) |
+# | `reward.reward_model.enable` | `False` | score with a reward model; with no `reward.custom_reward_function`, it is the only reward. The old top-level `reward_model.enable` is ignored by verl 0.9.1's `main_ppo` (the run uses the rule reward, with no error), and minirl refuses it |
+# | `reward.reward_model.model_path` | `null` | the reward model (not the ignored top-level `reward_model.model.path`) |
 # | `algorithm.use_kl_in_reward` | `False` | subtract $\beta\,\mathrm{kl}_t$ from each token's reward; creates the reference model |
 # | `algorithm.kl_penalty` | `kl` | estimator of the in-reward KL (section 4) |
 # | `algorithm.kl_ctrl.type` | `fixed` | or `adaptive` (then `kl_ctrl.target_kl`, `kl_ctrl.horizon`) |
 # | `algorithm.kl_ctrl.kl_coef` | `0.001` | $\beta$ (the initial one when adaptive) |
-# | `critic.model.path` | the actor's | InstructGPT initialises the value model from the reward model |
+# | `critic.model.path` | verl: a placeholder, `~/models/deepseek-llm-7b-chat`, not the actor's path: set it; minirl: `tiny`, the same warm start as the actor's default | InstructGPT initialises the value model from the reward model |
 #
 # | metric | meaning |
 # |---|---|
@@ -432,7 +432,7 @@ for row, text, score in zip(sample_rows, texts, scores.tolist()):
 # | `minirl/gold_score/mean` | minirl only: the rule reward of the same answers, when the data source has one |
 #
 # verl's example scored by a reward model is `examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh`
-# (tag v0.9.0): `reward.reward_model.enable=True`, `reward.reward_model.model_path=Skywork/Skywork-Reward-Llama-3.1-8B`
+# (read at verl's v0.9.0 tag: the 0.9.1 wheel ships no `examples/`): `reward.reward_model.enable=True`, `reward.reward_model.model_path=Skywork/Skywork-Reward-Llama-3.1-8B`
 # and the reward model's own inference engine (`reward.reward_model.rollout.*`, which minirl accepts and
 # ignores: it runs the reward model in-process). The same run in minirl is the config of section 5 with
 # the real paths.
@@ -495,6 +495,9 @@ for function in (reward_model.bradley_terry_loss, kl.apply_kl_penalty, kl.kl_pen
 # - [Chapter 6 · DPO](06_dpo.ipynb): the same comparisons, optimised directly with no reward model and no
 #   rollout; compared with this chapter's reward model + PPO on the gold reward.
 # - [Chapter 4 · GRPO](04_grpo.ipynb): the KL as a loss term (`use_kl_loss`) instead of a reward term.
+# - [Lab B · Writing reward functions](lab_b_rewards.ipynb): rule rewards, and what verl passes to your own
+#   reward function (also beside a reward model); [Lab C · Reading the debug metrics](lab_c_metrics.ipynb)
+#   for the KL metrics.
 # - References: Ouyang et al. (2022), *Training language models to follow instructions with human feedback*
 #   (InstructGPT); Stiennon et al. (2020), *Learning to summarize from human feedback*; Ziegler et al. (2019),
 #   *Fine-Tuning Language Models from Human Preferences* (the adaptive KL controller); Gao et al. (2022),

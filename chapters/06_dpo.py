@@ -21,8 +21,8 @@
 # | **Problem** | RLHF with PPO (Chapter 3) needs a reward model, sampling during training, a critic or group advantages, a reference model and a KL term: many moving parts, each a source of bugs and cost. Can the policy learn from the comparisons directly? |
 # | **Core formula** | $\mathcal{L}_{DPO} = -\log\sigma\Big(\beta\big[\log\frac{\pi_\theta(y_w\mid x)}{\pi_{\text{ref}}(y_w\mid x)} - \log\frac{\pi_\theta(y_l\mid x)}{\pi_{\text{ref}}(y_l\mid x)}\big]\Big)$ |
 # | **Beginner's view** | For each prompt, make the chosen answer more likely *relative to the reference model* than the rejected one, and do not drift far from the reference. No judge model, no sampling: a supervised loss on pairs. |
-# | **verl source** | None in the PPO trainer: DPO does not go through `RayPPOTrainer.fit()` (no rollout, no reward, no advantage). verl 0.9.1's wheel has no DPO loss; `docs/advance/dpo_extension.rst` shows how to write an online DPO with verl's single-controller API. The reference implementation is TRL's `DPOTrainer`, which `minirl/dpo.py` matches number for number. |
-# | **Where next** | [Chapter 3 · InstructGPT](03_rlhf.ipynb) for the reward model and PPO this replaces; [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) for online methods without a critic. Back to [the reading map](index.md). |
+# | **verl source** | None in the PPO trainer: DPO does not go through `RayPPOTrainer.fit()` (no rollout, no reward, no advantage). verl 0.9.1's wheel has no DPO loss; `docs/advance/dpo_extension.rst` shows how to write an online DPO with verl's single-controller API, and the SPIN recipe in the `recipe` submodule that verl's repository pins has an online DPO loss and trainer (`spin/core_algos.py::compute_online_dpo_loss`, `spin/spin_trainer.py::RaySPINTrainer`; section 7). The reference implementation for offline DPO is TRL's `DPOTrainer`, which `minirl/dpo.py` matches number for number. |
+# | **Where next** | [Chapter 3 · InstructGPT](03_rlhf.ipynb) for the reward model and PPO this replaces; [Chapter 4 · GRPO](04_grpo.ipynb) for online RL with a verifiable reward instead of preferences; [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) for online methods without a critic. Back to [the reading map](index.md). |
 #
 # Run time: 5.4 minutes in the run shown here, on 2 CPU cores that other jobs shared during the run (a
 # reward model and three PPO runs to compare with, DPO runs with three seeds, a beta sweep; the first
@@ -351,13 +351,25 @@ for seed, history in main.items():
 #
 # The reading map says DPO does not go through `RayPPOTrainer.fit()`. Precisely, for verl 0.9.1:
 #
-# - The package has no DPO loss and no DPO trainer: `verl/trainer/ppo/core_algos.py` holds PPO-family
-#   policy losses and advantage estimators only (its `gdpo` is an advantage estimator, not DPO).
+# - The installed package (the wheel) has no DPO loss and no DPO trainer: `verl/trainer/ppo/core_algos.py`
+#   holds PPO-family policy losses and advantage estimators only (its `gdpo` is an advantage estimator, not
+#   DPO).
 # - `docs/advance/dpo_extension.rst` (last updated February 2025) is a tutorial: it writes an *online*
 #   DPO with verl's single-controller API (a sample generator, a reference, a DPO actor as Ray worker
 #   groups) as an example of extending verl, not a shipped trainer.
-# - Offline DPO in the verl ecosystem is done with TRL (or OpenRLHF); minirl's `python -m minirl dpo`
-#   follows TRL's loss and metric names, checked by the parity tests in `tests/parity_trl/`.
+# - **The SPIN recipe has an online DPO trainer.** verl's git repository pins a `recipe` submodule
+#   (`verl-project/verl-recipe`; at the v0.9.0 tag, commit `e7f8895`, the same as at v0.8.0), documented in
+#   `docs/algo/spin.md`. Its `spin/core_algos.py::compute_online_dpo_loss` has `loss_type` `sigmoid` with
+#   `label_smoothing`, the same cDPO formula as minirl's `sigmoid`, and `ipo`, on summed log-probs (TRL and
+#   minirl divide IPO's log-ratios by the answer's length). `spin/spin_trainer.py::RaySPINTrainer` samples two
+#   answers per prompt, picks the chosen one with a reward function (`compute_onlinedpo_pref`), and updates
+#   the actor with that loss against a reference that can be refreshed from the actor. What we checked: that
+#   code, at the pinned commit. We did not run it. It imports `verl.workers.actor` and
+#   `verl.workers.fsdp_workers`, which the 0.9.1 wheel no longer has, and its `spin/REQUIRED_VERL.txt` names
+#   an older verl commit to install.
+# - Offline DPO, on a fixed set of pairs as in this chapter, is done with TRL (or OpenRLHF); minirl's
+#   `python -m minirl dpo` follows TRL's loss and metric names, checked by the parity tests in
+#   `tests/parity_trl/`.
 #
 # | | TRL 1.16 | minirl |
 # |---|---|---|
@@ -416,6 +428,7 @@ for function in (dpo.dpo_loss, dpo.dpo_metrics):
 #
 # - [Chapter 3 · InstructGPT](03_rlhf.ipynb): the reward model and PPO with the KL leash, on the same data.
 # - [Chapter 4 · GRPO](04_grpo.ipynb): online RL with a verifiable reward instead of preferences.
+# - [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb): online methods without a critic.
 # - References: Rafailov et al. (2023), *Direct Preference Optimization*; Azar et al. (2023), *A General
 #   Theoretical Paradigm to Understand Learning from Human Preferences* (IPO); Mitchell (2023), *A note on
 #   DPO with noisy preferences* (cDPO); Chowdhury et al. (2024), *Provably Robust DPO*; Razin et al. (2024),

@@ -181,7 +181,7 @@ print({key: warm_info[key] for key in ("greedy_acc", "sampled_acc", "seconds")})
 # | (not set) `algorithm.adv_estimator` | verl's default `gae` | PPO with GAE advantages and a critic ([Chapter 2](02_gae.ipynb)) | `gae`, set explicitly: minirl's default is `grpo` |
 # | `data.train_files`, `data.val_files` | `~/data/gsm8k/{train,test}.parquet` | the parquet files of section 1 | the word problems' files |
 # | `data.train_batch_size` | 256 | prompts per training step | 128 |
-# | `data.max_prompt_length`, `data.max_response_length` | 512, 512 | token budgets; a longer prompt is an error (`data.truncation=error`) | 96, 24 |
+# | `data.max_prompt_length`, `data.max_response_length` | 512, 512 | token budgets. verl 0.9.1 stores `data.truncation` (default `error`) but does not apply it: its agent loop cuts an over-long prompt from the left to `rollout.prompt_length` (which follows `max_prompt_length`) and logs a warning. minirl raises the error (`minirl/README.md`, item 20) | 96, 24 |
 # | `actor_rollout_ref.model.path` | `Qwen/Qwen2.5-0.5B-Instruct` | the policy; also the reference model's and the rollout's weights | the warm start |
 # | `actor_rollout_ref.actor.optim.lr` | 1e-6 | the actor's learning rate | 1e-4 (a tiny model needs larger steps) |
 # | `actor_rollout_ref.actor.ppo_mini_batch_size` | 64 | prompts per optimizer step: 256 / 64 = 4 updates per training step | 32 (also 4 updates) |
@@ -290,8 +290,7 @@ for key in ("critic/score/mean", "actor/entropy", "critic/vf_explained_var"):
 #   rarely tries another answer.
 #
 # Faster learners on this task exist (a group of responses per prompt: [Chapter 4 · GRPO](04_grpo.ipynb));
-# this lab keeps the quickstart's algorithm. In runs not shown here, larger learning rates (with the same or
-# a smaller batch) did not help.
+# this lab keeps the quickstart's algorithm.
 #
 # ### What a healthy log looks like
 #
@@ -358,8 +357,10 @@ for record in [r for r in records if r["step"] in (1, STEPS // 2, STEPS)]:
 # **The numbers verl publishes** for this setup (`docs/algo/baseline.md` and `docs/algo/ppo.md`, v0.9.0):
 # Qwen2.5-0.5B-Instruct scores 49.6 on GSM8K as released (Qwen's figure; `ppo.md` quotes 36.4 for the
 # pretrained model, so the two pages start from different figures), and **56.7 after PPO** with this recipe.
-# The metric to watch is `val-core/openai/gsm8k/reward/mean@1` (minirl also logs
-# `val-core/openai/gsm8k/acc/mean@1`, the same number for a 0/1 reward).
+# The metric to watch is `val-core/openai/gsm8k/acc/mean@1`. GSM8K's rule returns a float, verl 0.9.1's reward
+# loop logs a float score as `acc` too, and validation's core variable is `acc` when there is one
+# ([Chapter 4](04_grpo.ipynb), section 6). `val-aux/openai/gsm8k/reward/mean@1` holds the same number.
+# minirl logs both, under the same names.
 #
 # **The memory knobs**, in the order to try them when a step runs out of memory:
 #
@@ -386,16 +387,17 @@ for record in [r for r in records if r["step"] in (1, STEPS // 2, STEPS)]:
 # | pick the scorer | `verl/utils/reward_score/__init__.py::default_compute_score` | `minirl/rewards.py::default_compute_score` |
 # | GSM8K rule | `verl/utils/reward_score/gsm8k.py::compute_score`, `extract_solution` | `minirl/rewards.py::compute_gsm8k_score`, `extract_solution` |
 # | the run | `python3 -m verl.trainer.main_ppo` (`verl/trainer/main_ppo.py`) | `python -m minirl train` |
-# | headline metric | `val-core/openai/gsm8k/reward/mean@1` | the same, plus `val-core/openai/gsm8k/acc/mean@1` |
+# | headline metric | `val-core/openai/gsm8k/acc/mean@1` (and the same number as `val-aux/openai/gsm8k/reward/mean@1`) | the same names |
 #
 # ## 6. Where verl's pages are out of date (checked against verl 0.9.1's code)
 #
 # - **`algorithm.kl_ctrl.kl_coef=0.001` does nothing in the quickstart.** The KL penalty in the reward
-#   needs `algorithm.use_kl_in_reward=true` (default false since the KL loss became the default way to
-#   regularise). The quickstart's sample log shows `actor/reward_kl_penalty`, which 0.9.1 logs only with
-#   `use_kl_in_reward=true`.
+#   needs `algorithm.use_kl_in_reward=true`, and its default is false. The KL loss
+#   (`actor_rollout_ref.actor.use_kl_loss`) defaults to false as well, and the quickstart sets neither, so
+#   its run has no KL term at all (verl's GRPO scripts switch the KL loss on). The quickstart's sample log
+#   shows `actor/reward_kl_penalty`, which 0.9.1 logs only with `use_kl_in_reward=true`.
 # - **Metric names in the sample log are old:** `timing/gen` is now `timing_s/gen`, and
-#   `val/test_score/openai/gsm8k` is now `val-core/openai/gsm8k/reward/mean@1`. `critic/lr(1e-4)` and
+#   `val/test_score/openai/gsm8k` is now `val-core/openai/gsm8k/acc/mean@1`. `critic/lr(1e-4)` and
 #   `actor/lr(1e-4)` are now `critic/lr` and `actor/lr`.
 # - **`gsm8k_example.rst` says a wrong answer scores 0.1.** The rule's `format_score` defaults to 0.0, and
 #   `default_compute_score` calls it with the default: a wrong answer scores 0.

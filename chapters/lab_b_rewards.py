@@ -62,10 +62,24 @@ RUNS.mkdir(parents=True, exist_ok=True)
 # | `data_source` | the row's `data_source` column (`"openai/gsm8k"`): one function can serve several datasets |
 # | `solution_str` | the decoded response, special tokens removed: **any string at all** |
 # | `ground_truth` | the row's `reward_model.ground_truth` (a string) |
-# | `extra_info` | the row's `extra_info` dict (or None) |
+# | `extra_info` | the row's `extra_info` dict. In verl 0.9.1 it is never None: the dataset puts `{}` in a row without one, and the reward manager adds `num_turns` and `rollout_reward_scores` to it. minirl passes the row's dict as stored, or None |
 #
 # It returns the reward as a number, or a dict whose `"score"` is the reward and whose other entries are
 # logged. The reward manager puts the score on the last token of the response (`token_level_scores`).
+#
+# verl 0.9.1 can pass more than these four
+# (`verl/experimental/reward_loop/reward_manager/naive.py::NaiveRewardManager.run_single` and
+# `verl/trainer/ppo/reward.py::get_custom_reward_fn`):
+#
+# - **With a served reward model** (`reward.reward_model.enable=True`) it adds two keyword arguments,
+#   `reward_router_address` (the reward model server's address) and `reward_model_tokenizer`, so that your
+#   function can query the reward model itself. A function with exactly the four parameters above then fails
+#   with a `TypeError` on its first call. Add `**kwargs` if your function may ever run beside a reward model.
+#   minirl runs its reward model in-process and never passes these two.
+# - **`reward.custom_reward_function.reward_kwargs`**, a dict that verl binds to every call as extra keyword
+#   arguments (they win over the call's own). minirl has no such key: it is an unknown-key error.
+# - **An `async def` function** is awaited. minirl calls the function and does not await it, so keep yours
+#   synchronous.
 #
 # verl chooses it with two keys: `reward.custom_reward_function.path` (a `.py` file) and
 # `reward.custom_reward_function.name` (default `compute_score`). Without them, verl's
@@ -98,16 +112,22 @@ print(json.dumps({k: round(v, 3) for k, v in last.items() if "answer_chars" in k
 #
 # - **A float score is also logged as `acc`.** verl 0.9.1's reward loop does this for a plain number; a dict
 #   should carry its own `acc` if accuracy is not the score (see section 5).
-# - **The legacy spelling** `custom_reward_function.path` / `.name` (top level, without `reward.`) still works:
-#   verl 0.9.1 moves the whole legacy block to `reward.custom_reward_function`
-#   (`verl/experimental/reward_loop/reward_loop.py::migrate_legacy_reward_impl`). Its legacy `name` defaults to
-#   null, so in verl the legacy `path` alone fails an assertion; set both. minirl renames each legacy key to the
-#   new one with a notice, and the name keeps its default.
+# - **The legacy spelling is ignored, silently.** verl 0.9.1's `main_ppo` accepts the top-level
+#   `custom_reward_function.path` / `.name` (without `reward.`) and the top-level `reward_model.*` block, and
+#   then ignores them: `verl/trainer/config/legacy_reward_impl.yaml` keeps them only as nulls, and the function
+#   that would move them under `reward.` (`verl/experimental/reward_loop/reward_loop.py::migrate_legacy_reward_impl`)
+#   is called only by the fully asynchronous trainer (`verl/experimental/fully_async_policy/fully_async_main.py`).
+#   A `main_ppo` run with the old keys trains on `default_compute_score`, the built-in rule, with no error.
+#   minirl refuses each of these keys with a `ValueError` that names the `reward.` key to write instead.
 #
 # **Reward managers** decide how scores become `token_level_scores`. `reward.reward_manager.name=naive` (the
 # default) calls `compute_score` once per response and puts the score on its last token. `dapo` does the same
 # and can add DAPO's overlong penalty (`reward.reward_kwargs.overlong_buffer_cfg.*`): a response that runs into
-# the last tokens of its budget loses reward in proportion ([Chapter 5](05_dapo.ipynb) measures it).
+# the last tokens of its budget loses reward in proportion ([Chapter 5](05_dapo.ipynb) measures it). verl 0.9.1
+# looks the name up in its reward loop's registry (`verl/experimental/reward_loop/reward_manager/registry.py`):
+# `naive`, `dapo`, `gdpo`, `rate_limited` and `remote`. `prime` and `batch`, which older scripts name, exist only
+# in the older `verl/workers/reward_manager/` registry, and 0.9.1 stops with `Unknown reward manager`. minirl
+# has `naive` and `dapo` and refuses the other names.
 #
 # ## 2. Five patterns, and how each one fails
 #
@@ -262,9 +282,6 @@ print("length bonus paid per answer, mean over steps:",
 #   training (the same for every seed) to 0.607 (seeds 0.570-0.660) with the bonus and 0.597 (0.575-0.640)
 #   without: within noise (the ranges overlap).
 #
-# In a run not shown here, a stronger bonus (more per character, a higher cap) did not make the policy pad
-# either.
-#
 # Why: GRPO's advantage is the reward minus **the mean of the group** (divided by its std). For the $G$
 # responses to one prompt, with rewards $r_i$ and bonuses $b_i$,
 #
@@ -311,11 +328,10 @@ print("length bonus paid per answer, mean over steps:",
 #
 # ## 7. Where verl's page is out of date (checked against verl 0.9.1's code)
 #
-# - **`docs/preparation/reward_function.rst` uses the top-level `custom_reward_function.path` / `.name`** and
-#   says to leave `name` unset for a function called `compute_score`. In 0.9.1 the home is
-#   `reward.custom_reward_function`, whose `name` defaults to `compute_score`; the old top-level block is
-#   migrated whole, and its `name` defaults to null, so the page's advice fails an assertion in
-#   `get_custom_reward_fn`. Use the new keys, or set both old ones.
+# - **`docs/preparation/reward_function.rst` names the keys `custom_reward_function.path` / `.name`**, the
+#   top-level spelling of older verl. Written that way, 0.9.1's `main_ppo` ignores them (section 1) and trains
+#   on the built-in rule without an error. Write them under `reward.`: there `name` defaults to
+#   `compute_score`, so the page's advice to leave `name` unset for a function of that name holds.
 # - **It describes a `RewardManager` built in `main_ppo.py` with a `__call__` on a `DataProto`.** 0.9.1's trainer
 #   runs the reward loop of `verl/experimental/reward_loop/`: managers such as `NaiveRewardManager` score one
 #   response at a time (`run_single`) and a float score is also logged as `acc`.

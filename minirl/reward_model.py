@@ -318,12 +318,20 @@ def train_reward_model(config: RewardModelConfig, show_progress: bool | None = N
 # ----------------------------------------------------------------------------------------------
 
 
+def decode_for_reward_model(tokenizer, responses: list[list[int]]) -> list[str]:
+    """The answers' text as verl 0.9.1 gives it to a reward model (`RewardLoopWorker._preprocess_reward_inputs`):
+    decoded with their special tokens kept, then every EOS text removed. Other special tokens stay in the text (the
+    rule reward's manager skips them all: `minirl.rewards.NaiveRewardManager`)."""
+    return [text.replace(tokenizer.eos_token, "") for text in tokenizer.batch_decode(responses)]
+
+
 class RewardModelScorer:
     """Score responses with a reward model, with the interface of `minirl.rewards.NaiveRewardManager`.
 
     Mirrors verl 0.9.1's discriminative reward model path (`RewardLoopWorker.compute_score_disrm` and
-    `RewardManagerBase.assemble_rm_scores`): decode the valid response (EOS dropped), write prompt +
-    response with the reward model's chat template, score, and put the score on the last valid response token.
+    `RewardManagerBase.assemble_rm_scores`): decode the valid response (EOS text removed, other special tokens
+    kept: `decode_for_reward_model`), write prompt + response with the reward model's chat template, score, and
+    put the score on the last valid response token.
 
     When the rule reward of `minirl.rewards` knows a row's data_source, its score is returned too, as
     `gold_score` (a minirl addition: the chapters measure the policy by it while it trains on the proxy).
@@ -344,8 +352,7 @@ class RewardModelScorer:
         """
         responses, response_mask = batch["responses"].cpu(), batch["response_mask"].cpu()
         lengths = response_mask.sum(-1).tolist()
-        texts = self.input_tokenizer.batch_decode([r[:n].tolist() for r, n in zip(responses, lengths)],
-                                                  skip_special_tokens=True)
+        texts = decode_for_reward_model(self.input_tokenizer, [r[:n].tolist() for r, n in zip(responses, lengths)])
         scores = []
         for start in range(0, len(texts), self.batch_size):
             end = start + self.batch_size

@@ -1,5 +1,6 @@
-"""Lab B: custom reward functions load by verl's keys (both spellings), their extra keys become metrics, and the
-length bonus the lab attacks is not exploited by GRPO on the tiny task (it is nearly constant within groups)."""
+"""Lab B: custom reward functions load by verl 0.9.1's keys and their extra keys become metrics; the legacy top-level
+keys, which verl 0.9.1's main_ppo ignores, are refused; the length bonus the lab attacks is not exploited by GRPO on
+the tiny task (it is nearly constant within groups)."""
 
 from pathlib import Path
 
@@ -18,16 +19,27 @@ def my_score(data_source, solution_str, ground_truth, extra_info=None):
 '''
 
 
-@pytest.mark.parametrize("prefix", ["reward.custom_reward_function", "custom_reward_function"],
-                         ids=["verl-0.9.1-keys", "legacy-keys"])
-def test_a_custom_reward_function_loads_by_verls_keys_and_logs_its_extra_key(tmp_path, prefix):
+def test_a_custom_reward_function_loads_by_verls_keys_and_logs_its_extra_key(tmp_path):
     path = tmp_path / "my_reward.py"
     path.write_text(REWARD)
+    prefix = "reward.custom_reward_function"
     train([f"{prefix}.path={path}", f"{prefix}.name=my_score", f"trainer.default_local_dir={tmp_path / 'run'}",
            *QUICK], show_progress=False)
     last = load_metrics(tmp_path / "run")[-1]
     assert last["critic/score/mean"] == pytest.approx(0.25)  # the custom function scored, not the built-in rule
     assert last["minirl/marker/mean"] == 7.0 and last["val-aux/minirl/arithmetic/marker/mean@1"] == 7.0
+
+
+def test_lab_b_the_legacy_keys_are_refused_before_anything_runs(tmp_path):
+    """Lab B, section 1: verl 0.9.1's main_ppo ignores the top-level custom_reward_function.* (it would score with
+    default_compute_score), so minirl refuses the key and names the one to write, before loading any model."""
+    path = tmp_path / "my_reward.py"
+    path.write_text(REWARD)
+    with pytest.raises(ValueError, match="main_ppo ignores this legacy key") as error:
+        train([f"custom_reward_function.path={path}", "custom_reward_function.name=my_score",
+               f"trainer.default_local_dir={tmp_path / 'run'}", *QUICK], show_progress=False)
+    assert "reward.custom_reward_function.path" in str(error.value)
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 def test_lab_b_the_length_bonus_is_paid_but_not_exploited(tmp_path):

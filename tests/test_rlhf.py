@@ -200,6 +200,20 @@ def test_the_scorer_puts_the_reward_models_score_on_the_last_response_token(tiny
     assert extra == {"gold_score": [1.0, 0.0]}
 
 
+def test_the_reward_model_reads_special_tokens_as_verl_does(tiny):
+    """verl 0.9.1 decodes an answer for its reward model without skipping special tokens and removes only the EOS
+    text (RewardLoopWorker._preprocess_reward_inputs); the rule reward's manager skips them all."""
+    _, model_dir, _ = tiny
+    tokenizer = models.load_tokenizer(model_dir)
+    special = next(token for token in tokenizer.all_special_tokens
+                   if token not in (tokenizer.eos_token, tokenizer.pad_token))
+    answer = tokenizer("1+2=3 #### 3", add_special_tokens=False)["input_ids"]
+    ids = [answer + [tokenizer.convert_tokens_to_ids(special)] + answer + [tokenizer.eos_token_id], answer]
+    assert reward_model.decode_for_reward_model(tokenizer, ids) == [
+        f"1+2=3 #### 3{special}1+2=3 #### 3", "1+2=3 #### 3"]
+    assert tokenizer.batch_decode(ids, skip_special_tokens=True)[0] == "1+2=3 #### 31+2=3 #### 3"  # the rule's view
+
+
 # ----------------------------------------------------------------------------------------------
 # DPO
 # ----------------------------------------------------------------------------------------------
