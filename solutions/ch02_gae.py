@@ -95,7 +95,9 @@ def whiten_advantages(advantages_raw: torch.Tensor, response_mask: torch.Tensor)
     One difference: verl returns masked_whiten(A) without multiplying by the mask, so its padding
     holds (A - mu) / sigma; minirl zeroes padding, and so do you here (every loss masks it anyway).
 
-    Hint: you wrote masked_whiten in exercise 0.2; this is it, plus the error and the mask.
+    Hint: this is Chapter 0's masked_whiten (exercise 0.2: subtract the masked mean of the whole batch, divide
+    by sqrt(unbiased masked variance + 1e-8)), plus the error for fewer than 2 valid tokens and the final
+    multiplication by the mask.
     """
     # BEGIN SOLUTION
     mask = response_mask.to(advantages_raw.dtype)

@@ -28,9 +28,10 @@ def dpo_loss(
         losses = -(1 - s) log sigmoid(beta h) - s log sigmoid(-beta h)      s = label_smoothing
         chosen_rewards = beta h_w,   rejected_rewards = beta h_l            detached (no gradient)
 
-    With s = 0 this is DPO (Rafailov et al. 2023): the Bradley-Terry loss of exercise 3.1 with the
-    implicit reward r = beta log(pi / pi_ref). With s > 0 (cDPO) each label is taken to be wrong with
-    probability s, so the loss no longer pushes the margin to infinity.
+    With s = 0 this is DPO (Rafailov et al. 2023): the Bradley-Terry loss of Chapter 3's reward model
+    (exercise 3.1), -log sigmoid(r_w - r_l), with the implicit reward r = beta log(pi / pi_ref). With s > 0
+    (cDPO) each label is taken to be wrong with probability s, so the loss no longer pushes the margin to
+    infinity.
 
     Args:
         policy_chosen_logps, policy_rejected_logps: (B,) sequence log-probs (sums over the answer's
