@@ -139,7 +139,7 @@ for worker in (ActorWorker, RolloutWorker, ReferenceWorker, CriticWorker):
 # mini-batch's `ppo_mini_batch_size * rollout.n` must (`TrainingWorker.train_mini_batch` asserts it).
 # minirl's split gives the first chunks one row more, so it can split any batch (the 7 rows above), but its
 # trainer refuses a step or a mini-batch that does not split evenly over the ranks, as verl's legacy trainer
-# does (`minirl/batch_math.py::check_split_over_ranks`).
+# does (`minirl/config.py::check_split_over_ranks`).
 #
 # verl splits the *updates'* data over the ranks too: each rank cuts its own chunk into mini-batches
 # (`TrainingWorker.train_mini_batch`), so a verl run changes a little with the number of GPUs. minirl

@@ -21,7 +21,7 @@ a row split like DP_COMPUTE_PROTO but without padding, so the batch must divide 
 cuts its own chunk into mini-batches (`TrainingWorker.train_mini_batch`). minirl sends the updates' batch
 ONE_TO_ALL and each rank takes its share of every *global* mini-batch, so a group of N ranks makes exactly
 the update of one process (`minirl/parallel.py`); the trainer still refuses batches that would not split
-evenly in verl (`minirl/batch_math.py::check_split_over_ranks`).
+evenly in verl (`minirl/config.py::check_split_over_ranks`).
 
 The rollout engine is either colocated with the actor (verl's hybrid engine: here the same ranks and the
 actor's own weights) or a group of its own (`actor_rollout_ref.hybrid_engine=false`) whose weights the driver
