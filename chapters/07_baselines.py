@@ -19,12 +19,12 @@
 # | The five answers | |
 # |---|---|
 # | **Problem** | Without a value model, the learning signal is the reward itself, and one sampled reward is noisy. A baseline $b$ ("what this prompt usually scores") subtracted from it keeps the gradient's direction and lowers its noise, if $b$ does not depend on the sample it is subtracted from. Which baseline works best, and what does it cost? |
-# | **Core formula** | REINFORCE: $A_i = R_i$. RLOO: $A_i = R_i - \frac{1}{G-1}\sum_{j \ne i} R_j$. ReMax: $A_i = R_i - R(\text{greedy answer})$. REINFORCE++: $A = \operatorname{whiten}_{\text{batch}}(R)$; REINFORCE++-baseline: $A = \operatorname{whiten}_{\text{batch}}(R_i - \operatorname{mean}_{\text{group}})$. |
+# | **Core formula** | $R_i$ is answer $i$'s score; every token of the answer gets the same advantage. REINFORCE: $A_i = R_i$. RLOO: $A_i = R_i - \frac{1}{G-1}\sum_{j \ne i} R_j$. ReMax: $A_i = R_i - R(\text{greedy answer})$. REINFORCE++: $A = \operatorname{whiten}_{\text{tokens}}(R)$, one mean and one std over all response tokens of the batch, so a longer answer weighs more; REINFORCE++-baseline: $A = \operatorname{whiten}_{\text{tokens}}(R_i - \operatorname{mean}_{\text{group}})$. These are verl's per-token formulas when the reward sits on the last token only and $\gamma = 1$ (section 4 gives the general form). |
 # | **Beginner's view** | A baseline is not a reward; it is what you expected to score. After subtracting it, the signal says "better or worse than expected", and a right answer to an easy question teaches less than one to a hard question. |
-# | **verl source** | `verl/trainer/ppo/ray_trainer.py::compute_advantage` (every estimator except GAE and GRPO goes through `core_algos.get_adv_estimator_fn`); `core_algos.py::register_adv_est`; `core_algos.py::compute_rloo_outcome_advantage`, `compute_remax_outcome_advantage`, `compute_reinforce_plus_plus_outcome_advantage`, `compute_reinforce_plus_plus_baseline_outcome_advantage`; `ray_trainer.py::RayPPOTrainer.fit` (for `remax`, one greedy response per prompt, scored into `reward_baselines`); `examples/rloo_trainer/`, `examples/remax_trainer/`, `examples/reinforce_plus_plus_trainer/` (`run_qwen3_8b_fsdp.sh` each). |
-# | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb) first, then compare these estimators; [Chapter 4 · GRPO](04_grpo.ipynb) for the group baseline with a std; [Chapter 2 · GAE](02_gae.ipynb) for a learned baseline per token; back to [the reading map](index.md). |
+# | **verl source** | `verl/trainer/ppo/ray_trainer.py::compute_advantage` (every estimator except GAE and GRPO goes through `core_algos.get_adv_estimator_fn`); `core_algos.py::register_adv_est`; `core_algos.py::compute_rloo_outcome_advantage`, `compute_remax_outcome_advantage`, `compute_reinforce_plus_plus_outcome_advantage`, `compute_reinforce_plus_plus_baseline_outcome_advantage`; `ray_trainer.py::RayPPOTrainer.fit` (for `remax`, one greedy response per prompt, scored into `reward_baselines`; the legacy trainer only, section 6); `examples/rloo_trainer/`, `examples/remax_trainer/`, `examples/reinforce_plus_plus_trainer/` (`run_qwen3_8b_fsdp.sh` each, tag v0.9.0). |
+# | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): `adv_estimator`, `rollout.n` and the batch arithmetic in a full verl script; [Chapter 4 · GRPO](04_grpo.ipynb): the group baseline divided by the group's std; [Chapter 2 · GAE](02_gae.ipynb): a learned baseline per token, and its bias. Back to [the reading map](index.md). |
 #
-# Run time: 4.8 minutes in the run shown here, on 2 CPU cores that other jobs shared during that run (a
+# Run time: 7.2 minutes in the run shown here, on 2 CPU cores that other jobs loaded heavily during that run (a
 # gradient-variance measurement, then eighteen short runs: six estimators, three seeds each; the first output
 # names the machine, the last prints the time). With `MINIRL_FAST=1` everything shrinks.
 
@@ -37,7 +37,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 
-from minirl import models, remax, rloo
+from minirl import models, reinforce_pp, remax, rloo
 from minirl.advantage import ADV_ESTIMATOR_REGISTRY, get_adv_estimator_fn, register_adv_est
 from minirl.book.notebook import (
     compare_table,
@@ -63,8 +63,10 @@ VAL = "val-core/minirl/arithmetic/acc/mean@1"
 
 def run(name, *overrides, steps):
     # One seeded run of minirl's trainer (verl's fit loop) from the cached SFT warm start.
-    fast = ["data.val_max_samples=24"] if fast_mode() else ["data.val_max_samples=100"]
-    steps = 2 if fast_mode() else steps
+    # fast mode (a check that the code runs): one step of 8 prompts, validated once on 8 questions
+    fast = (["data.val_max_samples=8", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+             "trainer.val_before_train=false"] if fast_mode() else ["data.val_max_samples=100"])
+    steps = 1 if fast_mode() else steps
     train([f"trainer.default_local_dir={RUNS / name}", f"trainer.total_training_steps={steps}",
            f"trainer.test_freq={min(5, steps)}", "trainer.resume_mode=disable", "trainer.logger=[]",
            *fast, *overrides], show_progress=False)
@@ -127,13 +129,15 @@ warm = default_warm_start(show_progress=False)
 tokenizer, policy = models.load_tokenizer(warm), models.load_policy(warm)
 questions = load_rl_rows(str(warm / "data" / "train.parquet"), tokenizer, 64)[:8]
 ESTIMATORS = ["reinforce", "grpo", "rloo", "remax", "reinforce_plus_plus", "reinforce_plus_plus_baseline"]
-DRAWS = 8 if fast_mode() else 32
+DRAWS = 4 if fast_mode() else 32
 with_bonus = NaiveRewardManager(tokenizer, compute_score=lambda **row: float(default_compute_score(**row)) + 1.0)
 measure = partial(policy_gradient_draws, policy, tokenizer, questions, n=4, draws=DRAWS, estimators=ESTIMATORS)
 reference = policy_gradient_draws(policy, tokenizer, questions, n=4, draws=2 * DRAWS, estimators=["rloo"],
                                   seed=1)["rloo"].mean(0)  # RLOO ignores the +1, so one reference serves both
-noise = {reward: {name: gradient_noise(g, reference) for name, g in measure(seed=0, reward_fn=fn).items()}
-         for reward, fn in (("reward 0/1", None), ("reward 0/1, +1 for every answer", with_bonus))}
+gradients = {reward: measure(seed=0, reward_fn=fn)  # {reward: {estimator: (DRAWS, parameters) gradients}}
+             for reward, fn in (("reward 0/1", None), ("reward 0/1, +1 for every answer", with_bonus))}
+noise = {reward: {name: gradient_noise(g, reference) for name, g in by_name.items()}
+         for reward, by_name in gradients.items()}
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3), sharey=True)
 for ax, (reward, by_name) in zip(axes, noise.items()):
@@ -158,19 +162,57 @@ for reward, by_name in noise.items():
           f"(mean {sum(group) / len(group):.2f}); cosine of the mean {min(means):.3f}-{max(means):.3f}")
 
 # %% [markdown]
-# Two findings in this run, both factors of four or more, larger than anything the 32 draws could blur:
+# How sure are these numbers? The 32 draws are a sample too. We resample them (a bootstrap: 1000 times,
+# 32 draws picked with replacement) and recompute every relative variance, and its ratio to RLOO's on the
+# *same* resampled draws: all estimators saw the same responses, so their noise is paired. The ranges
+# are the middle 90% of the resamples.
+
+# %%
+def relative_variance(gram, along, ref_norm2, pick):
+    # gradient_noise's relative variance of the draws `pick`, from the Gram matrix g g^T and g @ reference
+    sub = gram[pick][:, pick]
+    spread = (sub.diagonal().sum() - sub.sum() / len(pick)) / (len(pick) - 1)  # sum ||g_d - mean||^2 / (D-1)
+    return spread / (along[pick].mean() ** 2 / ref_norm2)  # over the signal along the reference, squared
+
+
+resample = torch.Generator().manual_seed(0)
+picks = [torch.randint(0, DRAWS, (DRAWS,), generator=resample) for _ in range(1000)]
+ref_norm2 = reference.pow(2).sum()
+for reward, by_name in gradients.items():
+    boot = {}
+    for name, g in by_name.items():
+        gram, along = g @ g.T, g @ reference
+        everything = torch.arange(DRAWS)
+        assert torch.isclose(relative_variance(gram, along, ref_norm2, everything),
+                             torch.tensor(noise[reward][name]["relative_variance"]), rtol=1e-3)
+        boot[name] = torch.stack([relative_variance(gram, along, ref_norm2, pick) for pick in picks])
+    print(f"{reward} (middle 90% of {len(picks)} resamples of the {DRAWS} draws)")
+    for name in ESTIMATORS:
+        low, high = boot[name].quantile(torch.tensor([0.05, 0.95])).tolist()
+        # nanquantile: with few draws a resample can repeat one draw only, a spread of 0 / 0
+        ratio = (boot[name] / boot["rloo"]).nanquantile(torch.tensor([0.05, 0.95])).tolist()
+        print(f"  {name:30s} relative variance {noise[reward][name]['relative_variance']:6.2f} ({low:.2f}-{high:.2f})"
+              f"   / rloo's {ratio[0]:.2f}-{ratio[1]:.2f}")
+
+# %% [markdown]
+# Each relative variance on its own is uncertain (RLOO's 3.71 spans 1.48 to 7.22 over the resamples),
+# but the paired ratios are much tighter. Two findings in this run hold beyond these error bars:
 #
 # - **With a reward offset, a baseline is essential.** Add 1 to every answer's reward and REINFORCE
-#   without a baseline becomes 10.5 times noisier than RLOO (relative variance 38.86 against 3.71; one
-#   draw's cosine with the reference falls from 0.769 to 0.193): it now pushes up *every* sampled answer,
+#   without a baseline becomes 10.5 times noisier than RLOO (relative variance 38.86 against 3.71; the
+#   resampled ratio spans 6.22 to 24.35; one draw's cosine with the reference falls from 0.769 to 0.193):
+#   it now pushes up *every* sampled answer,
 #   right or wrong, and only the small difference between those pushes carries the signal. Every
 #   baseline removes the offset exactly (REINFORCE++'s batch whitening too), so their numbers do not
 #   change at all.
 # - **With the task's 0/1 reward, the plain estimator is the quietest.** REINFORCE without a baseline
-#   has a relative variance of 0.74, a fifth of RLOO's (the ratio prints as 0.2); RLOO, GRPO and
-#   REINFORCE++-baseline are at 3.34 to 3.71 (mean 3.46), and ReMax at 3.87, close to RLOO. REINFORCE++
-#   (whitening over the whole batch) lies in between at 2.29. A baseline is not a free win; the next cell
-#   shows why.
+#   has a relative variance of 0.74, a fifth of RLOO's (the ratio prints as 0.2; resampled, 0.10 to
+#   0.46, so at least twice as quiet). A baseline is not a free win; section 2's last cell shows why.
+#
+# The other differences are within the error bars. RLOO, GRPO and REINFORCE++-baseline are at 3.34 to 3.71
+# (mean 3.46), and their ratios to RLOO stay within 0.85 to 1.02: the same noise. ReMax (3.87, ratio 0.53
+# to 2.61) and REINFORCE++ (whitening over all response tokens of the batch, 2.29, ratio 0.35 to 1.44)
+# cannot be told apart from RLOO with 32 draws.
 #
 # With the 0/1 reward all estimators point the same way on average: cosine of the mean 0.920 to 0.986
 # with the reference, RLOO's own mean (unbiased, so only noise keeps it from 1) at 0.920. At this sample
@@ -193,7 +235,7 @@ for reward, by_name in noise.items():
 # 16 answers each):
 
 # %%
-answers = sample_responses(policy, tokenizer, questions, 16, 20, seed=5)
+answers = sample_responses(policy, tokenizer, questions, 4 if fast_mode() else 16, 20, seed=5)
 pull = score_norms(policy, answers, 20)
 right = answers["token_level_scores"].sum(-1) == 1
 print(f"right answers: {right.float().mean():.2f} of all, mean ||grad log pi||^2 = {pull[right].mean():.1f}")
@@ -212,8 +254,9 @@ print("distinct right answers:", len({tuple(r.tolist()) for r in answers["respon
 # baseline near 0 is close to optimal here, and REINFORCE's $b = 0$ is such a baseline. RLOO's baseline
 # is worse on two counts: on average it is the mean reward (about 0.32, far past $b^*$), and it is itself
 # noisy, estimated from 3 other answers. ReMax's greedy baseline is 0 or 1, noisy too (3.87 above, close
-# to RLOO's 3.71). REINFORCE++'s batch mean is also about 0.32, but estimated from all 32 answers, so it
-# adds less noise: 2.29, between REINFORCE and RLOO. With rewards that are rarely 0 (partial credit,
+# to RLOO's 3.71). REINFORCE++'s baseline is a batch mean too (over tokens, so longer answers weigh
+# more), estimated from all 32 answers at once, which should add less noise than RLOO's; its 2.29 points
+# that way, but within the error bars above. With rewards that are rarely 0 (partial credit,
 # format bonuses, a reward model's scores) the balance turns, as the offset panel shows.
 #
 # ## 3. Unbiased and biased baselines, exactly
@@ -241,7 +284,7 @@ print("distinct right answers:", len({tuple(r.tolist()) for r in answers["respon
 # %%
 logits = torch.tensor([[1.0, 0.0, -1.0], [-1.0, 0.0, 0.5]])  # question 1 is easy, question 2 is hard
 answer_reward = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
-G = 4
+G = 3 if fast_mode() else 4  # fast mode: 3^3 x 3^3 draws instead of 3^4 x 3^4
 pi = logits.softmax(-1)
 exact = pi * (answer_reward - (pi * answer_reward).sum(-1, keepdim=True))
 print("P(right answer):", [round(p, 3) for p in pi[:, 0].tolist()])
@@ -277,14 +320,17 @@ for name, mean in first.items():
 # gradient, scale 1.000); the mean-including baseline delivers exactly $(G-1)/G = 0.75$ of it, in the
 # same direction; GRPO's division by the group std changes the scale (1.419) and tilts the direction
 # slightly (cosine 0.9999, not 1: each question is weighted by its own $1/\sigma$). REINFORCE++'s
-# batch whitening scales everything by one number per batch, which keeps the direction here. In
+# batch whitening scales everything by one number per batch, which keeps the direction here. (Every
+# answer in this toy is a single token, so whitening over tokens, as verl does, and over answers are the
+# same thing; section 4 shows where they part.) In
 # relative variance (noise per unit of signal) the mean-including baseline equals RLOO: it is the same
 # estimator, shrunk. And, as in the tiny model, the plain estimator is the quietest of the unbiased
 # ones in this toy, where most sampled rewards are 0.
 #
-# ## 4. Mechanics: where ReMax's baseline comes from
+# ## 4. Mechanics: ReMax's baseline, and what the estimators compute per token
 #
-# For `adv_estimator=remax`, verl's `fit()` sends each prompt once more with sampling off, in the same
+# For `adv_estimator=remax`, verl's legacy `RayPPOTrainer.fit()` (the v1 trainer has no such step,
+# section 6) sends each prompt once more with sampling off, in the same
 # generation request as the `rollout.n` sampled copies, scores the greedy answer with the same reward
 # function, and stores the score as `reward_baselines` (one per prompt, repeated to the prompt's rows).
 # `compute_advantage` passes it to the estimator because the batch has it. minirl generates the greedy
@@ -301,11 +347,59 @@ advantages, returns = remax.compute_remax_outcome_advantage(token_level_rewards,
 print("ReMax advantages:", advantages.tolist())
 print("RLOO advantages: ", rloo.compute_rloo_outcome_advantage(token_level_rewards, response_mask,
                                                                ["p", "p", "q", "q"])[0].tolist())
+with_kl = token_level_rewards - 0.1 * response_mask  # a penalty of 0.1 on every token, as a KL in the reward
+advantages, _ = remax.compute_remax_outcome_advantage(with_kl, reward_baselines, response_mask)
+print("ReMax, 0.1 taken from every token's reward:", [[round(a, 2) for a in row] for row in advantages.tolist()])
 
 # %% [markdown]
 # The first prompt's greedy answer was right, so a right sample gets 0 ("as good as greedy") and a
 # wrong one $-1$. The second prompt's greedy answer was wrong: a right sample gets $+1$. RLOO needs no
 # extra rollout; its baseline for a row is the other sample of the same prompt.
+#
+# **Per token.** verl's estimators read `token_level_rewards` $r_{i,t}$ (one value per response token)
+# and return one advantage per token. With $m_{i,t}$ the response mask and $b_i$ the greedy answer's score:
+#
+# $$
+# \text{ReMax:}\quad A_{i,t} = \sum_{s \ge t} m_{i,s}\, r_{i,s} - b_i, \qquad
+# \text{REINFORCE++:}\quad G_{i,t} = r_{i,t} + \gamma\, G_{i,t+1}, \quad
+# A_{i,t} = \frac{G_{i,t} - \mu}{\sigma},
+# $$
+#
+# on the valid tokens, where $\mu$ and $\sigma$ are the mean and the (Bessel-corrected) std of $G$ over
+# *all valid tokens of the batch* (`masked_whiten` with the response mask; padding passes $G$ through
+# unchanged). ReMax has no discount (it ignores `algorithm.gamma`); REINFORCE++ reads `algorithm.gamma`.
+# The table's one-number-per-answer formulas are the special case where the reward sits on the last valid
+# token only (verl's reward managers put the score there) and $\gamma = 1$: then every token's
+# reward-to-go is $R_i$. Two things break it. A per-token reward: with `algorithm.use_kl_in_reward=True`
+# (all three verl examples) each token carries a KL penalty, so the reward-to-go changes along the answer;
+# the last line above takes 0.1 from every token, and the first row's two tokens get $-0.2$ and $-0.1$
+# instead of 0. (The greedy baseline is the score alone, with no KL.) And $\gamma < 1$: REINFORCE++
+# gives token $t$ of an answer of $L_i$ tokens $\gamma^{L_i - 1 - t} R_i$ before whitening, so the
+# first tokens of a long answer get less.
+#
+# Even at $\gamma = 1$ with the reward on the last token, REINFORCE++ is not "whiten the $R_i$": its
+# mean is $\mu = \sum_i L_i R_i / \sum_i L_i$, each answer counted once per token. Two answers, a right
+# one of 3 tokens and a wrong one of 1 token:
+
+# %%
+rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]])  # right (3 tokens), wrong (1 token)
+mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+scores = rewards.sum(-1)
+per_answer = (scores - scores.mean()) / scores.std()
+print("whitened per answer, (R - mean) / std:", [round(a, 3) for a in per_answer.tolist()])
+for gamma in (1.0, 0.9):
+    advantages, returns = reinforce_pp.compute_reinforce_plus_plus_outcome_advantage(rewards, mask, gamma=gamma)
+    tokens = returns[mask.bool()]  # the values masked_whiten averages: one per valid token
+    print(f"REINFORCE++, gamma {gamma}: returns {[[round(g, 3) for g in row] for row in returns.tolist()]}, "
+          f"over the 4 tokens mean {tokens.mean():.3f} std {tokens.std():.3f}\n"
+          f"    advantages {[[round(a, 3) + 0.0 for a in row] for row in advantages.tolist()]}")  # + 0.0: no -0.0
+
+# %% [markdown]
+# Per answer, the two would get $+0.707$ and $-0.707$. Over tokens, the long right answer fills three
+# of the four tokens, so the mean is 0.750 and the std 0.500: each of its tokens gets $+0.5$, the short
+# wrong answer's one token $-1.5$. Summed over each answer's tokens, both get 1.5 in size: the whitening
+# balances tokens, not answers. With $\gamma = 0.9$ the right answer's returns fall towards its start
+# (0.81, 0.9, 1.0), and so do its advantages.
 #
 # ## 5. The experiment: learning, per step and per second
 #
@@ -323,7 +417,7 @@ plot_comparison(learning, [(VAL, "greedy validation accuracy", "step"),
                            ("critic/score/mean", "training reward (critic/score/mean)", "step")])
 print(compare_table(learning, VAL))
 for name, runs in learning.items():
-    # per step actually run (fast mode runs 2 steps, not STEPS)
+    # per step actually run (fast mode runs 1 step, not STEPS)
     gen = [statistics.mean(r["timing_s/gen"] for r in records if "timing_s/gen" in r) for records in runs]
     step = [statistics.mean(r["timing_s/step"] for r in records if "timing_s/step" in r) for records in runs]
     print(f"{name:30s} timing_s/gen {sum(gen) / len(gen):.3f} s   timing_s/step {sum(step) / len(step):.3f} s "
@@ -339,16 +433,16 @@ for name, runs in learning.items():
 #   accuracy here; a likely reason is that Adam normalises each step and 20 steps of 256 responses
 #   average a lot of noise away.
 # - **ReMax ends lowest, but within noise**: 0.543 (seeds 0.52 to 0.57) against GRPO's 0.590 (0.56 to
-#   0.63); the ranges overlap, with every other estimator too. It had the highest relative variance in
-#   section 2, though close to RLOO's.
-# - **Cost.** ReMax's `timing_s/gen` is 0.272 s per step (seeds 0.251 to 0.287 s) against 0.189 to
-#   0.214 s for the others (no seed of theirs above 0.241 s): its greedy answers are a second, smaller
+#   0.63); the ranges overlap, with every other estimator too. Its gradient noise in section 2 could not
+#   be told apart from RLOO's either.
+# - **Cost.** ReMax's `timing_s/gen` is 0.346 s per step (seeds 0.340 to 0.354 s) against 0.215 to
+#   0.294 s for the others (no seed of theirs above 0.309 s): its greedy answers are a second, smaller
 #   generation call (on GPUs verl sends them in the same request as the samples). Its whole step,
-#   0.752 s (seeds 0.705 to 0.780 s), is longer than the others' 0.643 to 0.717 s, mostly by that
-#   generation; its seed range overlaps only REINFORCE++-baseline's (0.669 to 0.780 s). Other jobs
-#   shared the two CPU cores during this run, so these times carry extra noise from that sharing. On the
-#   seconds axis ReMax's curve runs furthest right. Per response generated it also pays more:
-#   after 20 steps it has generated 5760 responses to the others' 5120.
+#   1.100 s (seeds 1.073 to 1.134 s), cannot be told apart from the others' 0.827 to 1.118 s: its seed
+#   range overlaps REINFORCE's (1.027 to 1.183 s). Other jobs loaded the two CPU cores heavily during
+#   this run, and unevenly from one run to the next, so the step times carry much noise from that
+#   sharing; the generation times above are the cleaner comparison. Per response generated ReMax pays
+#   more in any case: after 20 steps it has generated 5760 responses to the others' 5120.
 #
 # ## 6. verl ↔ minirl
 #
@@ -361,7 +455,17 @@ for name, runs in learning.items():
 # | REINFORCE++ | `core_algos.py::compute_reinforce_plus_plus_outcome_advantage`, `compute_reinforce_plus_plus_baseline_outcome_advantage` | `minirl/reinforce_pp.py` (same names) |
 #
 # Which trainer: minirl mirrors verl's legacy `RayPPOTrainer.fit()` (`trainer.use_v1=false`), as
-# Chapter 1 explains. The estimators and the registry are the same for both trainers.
+# Chapter 1 explains. The registry and the estimator functions are shared: the default v1 trainer
+# (`verl/trainer/ppo/v1/trainer_base.py::_compute_advantage`) calls the same `compute_advantage`, so
+# `rloo`, `reinforce_plus_plus`, `reinforce_plus_plus_baseline` and your own registered estimators run on
+# both. **ReMax runs on the legacy trainer only.** The greedy request and `reward_baselines` exist only in
+# `ray_trainer.py::RayPPOTrainer.fit` (and in the experimental `SeparateRayPPOTrainer`, a subclass of it,
+# in `verl/experimental/separation/ray_trainer.py`). The v1 trainer never asks for a greedy answer, and
+# its `_compute_advantage` reads a fixed list of fields without `reward_baselines`, so the estimator is
+# called without its baseline: `compute_advantage` on such a batch raises
+# `TypeError: compute_remax_outcome_advantage() missing 1 required positional argument: 'reward_baselines'`
+# (checked against the 0.9.1 wheel on a CPU; a whole v1 run was not tried). verl's ReMax example script
+# does not set `trainer.use_v1`, and 0.9.1's default is `true`: add `trainer.use_v1=false` to run it.
 #
 # | config key (verl = minirl) | value | meaning |
 # |---|---|---|
@@ -371,7 +475,8 @@ for name, runs in learning.items():
 # | `algorithm.use_kl_in_reward`, `algorithm.kl_ctrl.kl_coef` | verl's examples: `True`, 0.001 | the three examples put the KL in the reward, not in the loss ([Chapter 3](03_rlhf.ipynb)) |
 #
 # The scripts are `examples/rloo_trainer/run_qwen3_8b_fsdp.sh`, `examples/remax_trainer/run_qwen3_8b_fsdp.sh`
-# and `examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh` (tag v0.9.0).
+# and `examples/reinforce_plus_plus_trainer/run_qwen3_8b_fsdp.sh`, read in verl's repository at the v0.9.0
+# tag (the 0.9.1 wheel ships no `examples/`; see [the reading map](index.md#which-verl-this-book-reads)).
 #
 # ## 7. Exercises
 #
@@ -380,13 +485,16 @@ for name, runs in learning.items():
 #
 # | # | function | what it checks |
 # |---|---|---|
-# | 7.1 | `rloo_advantages` | verl's values on ragged groups; a group of one keeps its score; the $G/(G-1)$ relation to the group mean; padding |
+# | 7.1 | `rloo_advantages` | verl's values on ragged groups; a group of one keeps its score; the mean-baseline advantage is $(G-1)/G$ times RLOO's (section 3), and yours must not be; padding |
 # | 7.2 | `remax_advantages` | reward-to-go minus the greedy baseline on every token; the returns; padding; shapes |
 # | 7.3 | `register_my_estimator` | your estimator "reinforce_median" is in the registry, gives the right numbers through `compute_advantage`, and ignores keyword arguments it does not use |
 #
 # <details>
 # <summary>Hint for 7.1</summary>
-# With the group's sum $S$ and size $n$, the mean of the others is $(S - R_i)/(n - 1)$.
+# Group the rows by their label: loop over the distinct labels in <code>index</code> and select each
+# group's rows with a boolean mask, <code>torch.tensor([label == g for label in index])</code> (the same
+# grouping Exercise 4.1, <code>group_advantages</code>, uses). With the group's sum $S$ and size $n$, the
+# mean of the others is $(S - R_i)/(n - 1)$.
 # </details>
 #
 # <details>
@@ -426,8 +534,11 @@ for function in (rloo.compute_rloo_outcome_advantage, remax.compute_remax_outcom
 # %% [markdown]
 # ## 8. Where next
 #
+# - [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): `adv_estimator`, `rollout.n` and the
+#   batch arithmetic in a full verl script.
 # - [Chapter 4 · GRPO](04_grpo.ipynb): the group baseline divided by the group's std.
 # - [Chapter 2 · GAE](02_gae.ipynb): a learned baseline per token, and its bias.
+# - Back to [the reading map](index.md).
 # - References: Williams (1992), REINFORCE; Kool et al., *Buy 4 REINFORCE Samples, Get a Baseline for
 #   Free!* (2019) and Ahmadian et al., *Back to Basics* (2024), RLOO; Li et al., *ReMax* (2023);
 #   Hu, *REINFORCE++* (2025); Greensmith et al., *Variance Reduction Techniques for Gradient Estimates

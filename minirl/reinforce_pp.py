@@ -24,6 +24,11 @@ def compute_reinforce_plus_plus_outcome_advantage(
         G_t = r_t + gamma * G_{t+1}              (masked tokens carry G through unchanged)
         A   = masked_whiten(G) * mask            one mean / std for the whole batch: the baseline
 
+    The mean and the (unbiased) std are taken over every valid token of the batch, not over answers:
+    with gamma = 1 and the score on the last token, G_t = R_i on each of answer i's L_i tokens, and the
+    mean is sum_i L_i R_i / sum_i L_i, so a long answer weighs more. With gamma < 1, token t of an
+    answer of L_i tokens gets gamma^(L_i - 1 - t) R_i before whitening.
+
     verl reads gamma from `config.gamma` (`algorithm.gamma`), as the registry call does here; a direct
     call may pass gamma instead (default 1.0).
 

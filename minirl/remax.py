@@ -2,7 +2,9 @@
 
 Mirrors `verl/trainer/ppo/core_algos.py::compute_remax_outcome_advantage` (verl 0.9.1),
 `algorithm.adv_estimator=remax`. The trainer generates one extra greedy response per prompt and
-scores it (`reward_baselines`). Chapter 7 reads it.
+scores it (`reward_baselines`). In verl 0.9.1 only the legacy `ray_trainer.py::RayPPOTrainer.fit`
+(`trainer.use_v1=false`) does that; the v1 trainer never sets `reward_baselines`, so `remax` fails
+there with a TypeError (a missing argument). Chapter 7 reads it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ def compute_remax_outcome_advantage(
         G_t = sum_{s >= t} r_s m_s                 (reward-to-go; no discount, no whitening)
         A_t = G_t - b * m_t                        b = reward of the greedy answer to the same prompt
 
-    A sampled answer that beats what the model would say greedily gets a positive advantage.
+    A sampled answer that beats what the model would say greedily gets a positive advantage. With the
+    score on the last valid token only, G_t = R_i on every token, so A_t = R_i - b; a per-token reward
+    (a KL penalty in the reward) makes A_t change along the answer. There is no discount (gamma unused).
 
     Args:
         token_level_rewards: (B, L).

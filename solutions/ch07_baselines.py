@@ -18,7 +18,6 @@ def rloo_advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tens
 
         R_i = sum_t token_level_rewards[i, t]                      (the response's score)
         A_i = R_i - mean_{j in g, j != i} R_j                      group g of size n >= 2
-            = n / (n - 1) * (R_i - mean_g)                         the same, with the full group mean
         A_i = R_i                                                  group of one (no other sample)
         advantages[i, t] = A_i * response_mask[i, t]
 
@@ -33,11 +32,12 @@ def rloo_advantages(token_level_rewards: torch.Tensor, response_mask: torch.Tens
 
     Details verl is precise about:
       - the baseline leaves sample i OUT, so it does not depend on i's own reward and the gradient
-        stays unbiased; the mean including i gives (n - 1) / n times the right advantage;
+        stays unbiased; the full group mean (i included) gives R_i - mean_g = (n - 1) / n * A_i, too small;
       - a group of one keeps its raw score R_i (verl's `rloo`; its `rloo_vectorized` gives 0);
       - no division by a std: RLOO only centres.
 
-    Hint: loop over the distinct labels as in 4.1; sum of the others = group sum - R_i.
+    Hint: loop over the distinct labels; torch.tensor([label == g for label in index]) selects group g's
+    rows (the grouping of Exercise 4.1, group_advantages). Sum of the others = group sum - R_i.
     """
     # BEGIN SOLUTION
     scores = token_level_rewards.sum(dim=-1)

@@ -111,7 +111,7 @@ def test_rloo_is_a_scaled_centred_score(ch):
             last_only[rows] = n / (n - 1) * (scores[rows] - scores[rows].mean())
         if close(got, last_only, atol=1e-5):
             fail("the score is the sum of token_level_rewards over ALL tokens of the row, not the last token's value.")
-        fail(f"groups of {n} labelled x, y, x, y, ...: expected A = n / (n - 1) * (R - group mean) = "
+        fail(f"groups of {n} labelled x, y, x, y, ...: expected A = R - (mean of the other n - 1 in the group) = "
              f"{rounded(expected)}, got {rounded(got)}. Are the groups formed by label (not by adjacency)?")
 
 
