@@ -20,8 +20,8 @@
 # |---|---|
 # | **What you will do** | Read verl's GRPO launch script for Qwen3-8B key by key: what each key does, its default in verl 0.9.1 and in minirl, and what changes when you change it. Work out the batch arithmetic of one step (prompts, responses, mini-batches, micro-batches, optimizer steps, processes), draw it, and check it against the trainer. Run short ablations of the keys that matter, 3 seeds each. |
 # | **What you need** | [Chapter 4 · GRPO](04_grpo.ipynb) for the group advantage. [Lab A](lab_a_gsm8k.ipynb) for a first run through verl's keys. |
-# | **verl pages this lab follows** | `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`, `docs/algo/grpo.md` and `docs/examples/config.rst` (tag v0.9.0). Section 5 lists where the pages are out of date. |
-# | **Run time** | 4.5 minutes in the run shown here, on 2 CPU cores (18 short GRPO runs, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`, a few seconds. |
+# | **verl pages this lab follows** | `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`, `docs/algo/grpo.md` and `docs/examples/config.rst`, read at verl's v0.9.0 tag (0.9.1's wheel ships neither `examples/` nor `docs/`). Section 5 lists where the pages are out of date. |
+# | **Run time** | 5.6 minutes in the run shown here, on 2 CPU cores (15 short GRPO runs, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`, a few seconds. |
 
 # %%
 import shutil
@@ -69,7 +69,7 @@ print("\nresolved by minirl: adv_estimator", script.algorithm.adv_estimator,
 # | `algorithm.adv_estimator` | `grpo` | `gae` | same key, default `grpo` | `gae` adds a critic (a second model, its own update); `rloo`, `reinforce_plus_plus`, `remax` are other baselines ([Chapter 7](07_baselines.ipynb)) |
 # | `algorithm.use_kl_in_reward` | `False` | `False` | same | `True` subtracts $\beta\,\mathrm{KL}$ from the reward, InstructGPT's leash ([Chapter 3](03_rlhf.ipynb)), with `algorithm.kl_ctrl.kl_coef` |
 # | `actor_rollout_ref.actor.use_kl_loss` | `True` | `False` | same | GRPO's way to stay near the reference: a loss term instead of a reward penalty. `False` drops the reference model's pass |
-# | `actor_rollout_ref.actor.kl_loss_coef` | `0.001` | `0.001` | same | the KL loss's weight; section 3 measures 0.001 against 0.1 |
+# | `actor_rollout_ref.actor.kl_loss_coef` | `0.001` | `0.001` | same | the KL loss's weight; section 3 measures 0.1 against no KL loss |
 # | `actor_rollout_ref.actor.kl_loss_type` | `low_var_kl` | `low_var_kl` | same | the estimator: `low_var_kl` is k3, clamped at 10 ([Chapter 3, section 4](03_rlhf.ipynb#4-the-leash-estimating-kl-from-samples)) |
 # | `actor_rollout_ref.actor.entropy_coeff` | `0` | `0` | same | a positive value adds an entropy bonus; it fights entropy collapse but can make answers noisy |
 # | `actor_rollout_ref.rollout.n` | `5` | `1` | same key, default 8 | the group size $G$: responses per prompt. GRPO needs $G \ge 2$; section 3 measures 2 against 8 |
@@ -114,7 +114,7 @@ print("\nresolved by minirl: adv_estimator", script.algorithm.adv_estimator,
 # | `trainer.balance_batch` | `True` | `True` | same | reorders the batch so that GPUs get similar token counts |
 # | `trainer.logger` | `["console","wandb"]` | `["console","wandb"]` | same, default `[console]` | where metrics go; minirl always writes `metrics.jsonl` too |
 # | `trainer.project_name`, `experiment_name` | names | names | same | wandb's project and run names (and verl's checkpoint folder) |
-# | `trainer.n_gpus_per_node`, `trainer.nnodes` | `8`, `1` | `8`, `1` | same; must match the launch | the processes of the run (section 2) |
+# | `trainer.n_gpus_per_node`, `trainer.nnodes` | `8`, `1` | `8`, `1` | same keys, default `null` (whatever the launch started) and `1`; must match the launch | the processes of the run (section 2) |
 # | `trainer.save_freq`, `trainer.test_freq` | `20`, `5` | `-1`, `-1` | same, default `-1`, `10` | checkpoint and validate every N steps |
 # | `trainer.total_epochs` | `15` | `30` | same | passes over the training set; `trainer.total_training_steps` overrides it |
 #
@@ -124,8 +124,11 @@ print("\nresolved by minirl: adv_estimator", script.algorithm.adv_estimator,
 # verl-project/verl issues #180 "if rollout.n is doubled, will the samples used for training doubled too?", #399,
 # issue #1524 "Some doubts about batch size", #2333 and #2793). The rule: **every batch size in the config counts
 # prompts; the trainer works on responses.** verl multiplies `ppo_mini_batch_size` by `rollout.n` in
-# `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer._update_actor` (and `_update_critic`), then each worker
-# takes its share. `minirl/batch_math.py::step_arithmetic` counts it (Exercise D.1 asks you to write it):
+# `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer._update_actor` (and in `_update_critic`, which calls
+# `critic_wg.train_mini_batch`), then sends the step's whole batch to the workers, split evenly over their
+# data-parallel ranks; each rank cuts its share into its part of every mini-batch
+# (`verl/workers/engine_workers.py::TrainingWorker.train_mini_batch`). `minirl/batch_math.py::step_arithmetic`
+# counts it (Exercise D.1 asks you to write it):
 
 # %%
 def describe(config, processes, title):
@@ -207,11 +210,15 @@ for i, overrides in enumerate(checks):
           f"{counted['optimizer_steps']} steps, {counted['backward_passes']} backward passes")
 
 # %% [markdown]
-# And what the validator refuses, with the message it prints (these come from `minirl/config.py::validate_config`
-# and the trainer's process check, and they are what Exercise D.1 must also refuse):
+# And what the validator refuses, with the message it prints. These come from `minirl/config.py::validate_config`
+# and from `minirl/config.py::check_split_over_ranks`, the process check the trainer runs at start: verl
+# splits a step's responses and a mini-batch's over its ranks without padding, so both must divide by the number
+# of processes. Exercise D.1 must refuse them too:
 
 # %%
 for overrides, processes in ((["data.train_batch_size=1000", "actor_rollout_ref.actor.ppo_mini_batch_size=256"], 1),
+                             (["data.train_batch_size=1024", "actor_rollout_ref.rollout.n=5",
+                               "actor_rollout_ref.actor.ppo_mini_batch_size=256"], 6),
                              (["actor_rollout_ref.rollout.n=5", "actor_rollout_ref.actor.ppo_mini_batch_size=1",
                                "data.train_batch_size=32"], 2),
                              (["actor_rollout_ref.rollout.n=1"], 1)):
@@ -241,8 +248,6 @@ STEPS = 3 if fast_mode() else 30
 VARIANTS = {
     "baseline (n=8)": [],
     "rollout.n=2": ["actor_rollout_ref.rollout.n=2"],
-    "kl_loss_coef=0.001 (script)": ["actor_rollout_ref.actor.use_kl_loss=true",
-                                    "actor_rollout_ref.actor.kl_loss_coef=0.001"],
     "kl_loss_coef=0.1": ["actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.kl_loss_coef=0.1"],
     "8 updates a step (mini=4)": ["actor_rollout_ref.actor.ppo_mini_batch_size=4"],
     "temperature=0.6": ["actor_rollout_ref.rollout.temperature=0.6"],
@@ -310,17 +315,16 @@ print(f"standard error of one accuracy on {n_val} prompts, at the baseline's fin
 #   so within noise. They end within noise too, at 0.640 (0.590-0.680). Their entropy falls furthest (right
 #   panel): from 0.110 to 0.053 (0.047-0.062) against the baseline's 0.074 (0.071-0.078), beyond the seed
 #   spread; that is the price of moving further from the sampling policy each step.
-# - **`kl_loss_coef`**: the script's 0.001 is a very light leash. It ends at 0.600 (0.565-0.640), within noise of
-#   no KL loss, and its mean accuracy at step 10 and its mean entropy are the baseline's to three decimals. 0.1
-#   also ends within noise in 30 steps, at 0.612 (0.575-0.640). Its final entropy, 0.077 (0.077-0.078), lies
-#   within the baseline's range, so this run does not show the stronger leash keeping the entropy up.
+# - **`kl_loss_coef`**: the grid measures 0.1, a hundred times the script's 0.001. It ends within noise of no KL
+#   loss in 30 steps, at 0.612 (0.575-0.640), and its final entropy, 0.077 (0.077-0.078), lies within the
+#   baseline's range, so this run does not show the stronger leash keeping the entropy up; the script's
+#   leash is a hundred times lighter still. [Chapter 3, section 5](03_rlhf.ipynb#5-the-experiment-ppo-against-the-reward-model-with-and-without-the-leash) shows a KL leash at work, against a
+#   reward the policy can exploit.
 # - **`temperature=0.6`** samples more confident answers: its entropy is lower from the first step, 0.077
 #   (0.072-0.082) against 0.110 (0.105-0.113), beyond the seed spread. It ends within noise, at 0.603
 #   (0.570-0.625).
-# - **`loss_agg_mode` and `norm_adv_by_std_in_grpo`** are not in this grid. In runs not shown here (an earlier
-#   run of this lab with them, 3 seeds), `seq-mean-token-mean` and `norm_adv_by_std=false` both ended within
-#   noise of the baseline. They are meant for response lengths that vary and groups that are nearly all right
-#   or all wrong; [Chapter 5](05_dapo.ipynb) measures them on the chain task (the mechanism is visible there,
+# - **`loss_agg_mode` and `norm_adv_by_std_in_grpo`** are not in this grid. They are meant for response lengths
+#   that vary and groups that are nearly all right or all wrong; [Chapter 5](05_dapo.ipynb) measures them on the chain task (the mechanism is visible there,
 #   while final accuracy stays within noise in its run).
 #
 # ## 4. verl <-> minirl
@@ -330,7 +334,7 @@ print(f"standard error of one accuracy on {n_val} prompts, at the baseline's fin
 # | mini-batch in responses | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer._update_actor` (`ppo_mini_batch_size * rollout.n`) | `minirl/trainer.py`, `minirl/batch_math.py::step_arithmetic` |
 # | micro-batches by rows or tokens | `verl/utils/seqlen_balancing.py::rearrange_micro_batches` | `minirl/seqlen_balancing.py::token_budget_micro_batches`, `row_micro_batches` |
 # | the config and its defaults | `verl/trainer/config/_generated_ppo_trainer.yaml` | `minirl/config.py` |
-# | the actor's checks | `verl/workers/config/actor.py::ActorConfig` (`validate`) | `minirl/config.py::validate_config`, the trainer's process check |
+# | the actor's checks | `verl/workers/config/actor.py::ActorConfig` (`validate`), `verl/utils/config.py::validate_config` (`train_batch_size * n` divisible by the GPUs) | `minirl/config.py::validate_config`, `minirl/config.py::check_split_over_ranks` (the trainer's process check) |
 #
 # ## 5. Where verl's pages are out of date (checked against verl 0.9.1's code)
 #
@@ -364,15 +368,24 @@ print(f"standard error of one accuracy on {n_val} prompts, at the baseline's fin
 # into micro-batches (round up).
 # </details>
 #
-# **A failure-mode question.** A colleague moves the script from 8 GPUs to 6 and the run refuses to start.
-# Which numbers must change, and why does `train_batch_size` not need to?
+# **A failure-mode question.** A colleague moves the script from 8 GPUs to 6 and the run fails. Which
+# numbers must change, and why?
 #
 # <details><summary>Answer</summary>
 #
-# A mini-batch holds 256 x 5 = 1280 responses, and 1280 is not divisible by 6. Choose `ppo_mini_batch_size`
-# so that `ppo_mini_batch_size * n` is divisible by 6 (e.g. 192 prompts, 960 responses, 160 per GPU) and
-# divides `train_batch_size` (1024 is not divisible by 192: use `train_batch_size=960` or 1152). The training
-# batch itself is split mini-batch by mini-batch, so only the mini-batch must split evenly.
+# Two counts must split evenly over the 6 data-parallel ranks, and with the script's sizes neither does. The
+# step: `train_batch_size * n` = 1024 x 5 = 5120 responses. verl's legacy trainer (the one minirl follows)
+# sends the whole step to the actor's workers, and their dispatch (`make_nd_compute_dataproto_dispatch_fn`) splits it without padding:
+# `verl/utils/tensordict_utils.py::chunk_tensordict` asserts that the rows divide by the number of ranks, and
+# without dynamic batch size `verl/utils/config.py::validate_config` refuses the run before it starts. The
+# mini-batch: `ppo_mini_batch_size * n` = 256 x 5 = 1280 responses, of which every rank must take an equal
+# share (`TrainingWorker.train_mini_batch` asserts it). Choose `ppo_mini_batch_size` so that
+# `ppo_mini_batch_size * n` is divisible by 6 (e.g. 192 prompts, 960 responses, 160 per GPU), and
+# `train_batch_size` a multiple of it (1024 is not: use 960 or 1152 prompts, 4800 or 5760 responses, 800 or
+# 960 per GPU); then the step splits evenly too. minirl refuses both, with the counts in its message (section
+# 2 shows the 6-process case). verl's default v1 trainer pads an uneven step with no-op samples instead
+# (`verl/trainer/ppo/padding_utils.py::upsample_batch_to_divisible_size`): it runs, but spends compute on
+# padding.
 # </details>
 #
 # ### The library's code, after you tried
