@@ -5,7 +5,7 @@
     python -m minirl config [key=value ...]                  # print the resolved config as YAML and exit
     ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m minirl train ...   # 2 CPU processes
     python -m minirl warm-start [tiny|chain|chain-zero|word]      # build (or show) a cached SFT warm start
-    python -m minirl plot runs/minirl                        # learning curves of a run, saved as PNG
+    python -m minirl plot runs/minirl [--view debug]         # learning curves (or Lab C's checklist) as PNG
     python -m minirl preference-data                         # build (or show) the preference task (Chapters 3, 6)
     python -m minirl train-rm [key=value ...]                # train a Bradley-Terry reward model
     python -m minirl dpo [key=value ...]                     # DPO on fixed comparisons (minirl/dpo.py)
@@ -84,11 +84,9 @@ def _run(argv: list[str] | None) -> int:
         print((path / "warm_start.json").read_text())
         return 0
     if command == "plot":
-        from minirl.plot import plot_runs
+        from minirl.plot import main as plot
 
-        out = plot_runs(rest or ["runs/minirl"], save_to=(rest or ["runs/minirl"])[0] + "/curves.png")
-        print(f"saved {out}")
-        return 0
+        return plot(rest)
     if command == "preference-data":
         from minirl.preference import default_preference_task
 

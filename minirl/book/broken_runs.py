@@ -1,10 +1,12 @@
 """Lab C's broken runs: real short runs of the tiny task, each broken by one known cause.
 
 Every case is a few config overrides on top of `BASE` (GRPO from the tiny task's SFT warm start, 16 prompts x 8
-responses per step, two mini-batches), so a case's metrics differ from the healthy run's only by its cause. The
-lab trains them all and plots each signature next to a healthy run; Exercise C.1 names the cause of runs whose
-cause is hidden (`graded_runs`, cached). Two rewards a real project could ship by mistake are in
-`minirl/book/broken_rewards.py`, loaded by `reward.custom_reward_function.path` as any user's reward file.
+responses per step, two mini-batches, the KL to the reference measured in every run), so a case's metrics differ
+from the healthy run's only by its cause. The lab trains them all and plots each signature next to a healthy run;
+Exercise C.1 names the cause of runs whose cause is hidden (`graded_runs`, cached). The hidden runs keep only what
+the run did: every one has the same metric keys, and none holds a metric that states the config (`hide_config`).
+Two rewards a real project could ship by mistake are in `minirl/book/broken_rewards.py`, loaded by
+`reward.custom_reward_function.path` as any user's reward file.
 
 The `pad_token_id == eos_token_id` masking bug is not a config key: `pad_is_eos_loss_mask` reproduces it in the
 SFT data (`tokenize_demonstrations`), and the lab patches it in for one build, in its own process.
@@ -35,8 +37,11 @@ def reward_overrides(name: str) -> list[str]:
 # The cases
 # ----------------------------------------------------------------------------------------------
 
-BASE = ["data.train_batch_size=16", f"{ACTOR}ppo_mini_batch_size=8", "data.val_max_samples=100"]
-"""Every case's common overrides: 16 prompts x 8 responses per step in two mini-batches, 100 validation questions."""
+BASE = ["data.train_batch_size=16", f"{ACTOR}ppo_mini_batch_size=8", "data.val_max_samples=100",
+        f"{ACTOR}use_kl_loss=true", f"{ACTOR}kl_loss_coef=0"]
+"""Every case's common overrides: 16 prompts x 8 responses per step in two mini-batches, 100 validation questions,
+and the KL loss to the reference with coefficient 0: measured and logged as `actor/kl_loss` in every run, never
+trained on (0 times its gradient adds nothing). So a KL blow-up shows in the metric's value, not in its presence."""
 
 UNCLIPPED = [f"{ACTOR}clip_ratio_low=0.999", f"{ACTOR}clip_ratio_high=1000", f"{ACTOR}clip_ratio_c=1000"]
 
@@ -62,7 +67,7 @@ CASES = {
     "all_equal_rewards": Case(tuple(reward_overrides("format_only_score")),
                               "a format-only reward that every response of the warm start satisfies"),
     "truncated": Case(("data.max_response_length=15",), "a response budget (15 tokens) shorter than the answers"),
-    "kl_blowup": Case((f"{ACTOR}use_kl_loss=true", f"{ACTOR}optim.lr=1e-3"),
+    "kl_blowup": Case((f"{ACTOR}kl_loss_coef=0.001", f"{ACTOR}optim.lr=1e-3"),
                       "the policy runs away from the reference (lr 1e-3) faster than kl_loss_coef=0.001 holds it"),
     "rollout_mismatch": Case((f"{ROLLOUT}weight_sync_interval=16",),
                              "the rollout engine samples with weights up to 15 updates old"),
@@ -77,7 +82,36 @@ GRADED = ("healthy", "lr_too_high", "no_clip", "all_equal_rewards", "truncated",
 signature is a matter of degree, see the lab)."""
 
 GRADED_STEPS = 12
-GRADED_SEED = 1
+GRADED_SEED = 3
+"""The hidden runs' length (the lab's runs have the same) and seed (the lab trains seeds 0-2: never the hidden one)."""
+
+CONFIG_METRICS = ("actor/lr", "actor/kl_coef", "critic/lr")
+"""Metrics that restate a config value rather than measure the run; the hidden runs drop them."""
+MACHINE_PREFIXES = ("timing_s/", "timing_per_token_ms/", "perf/")
+"""Timings and throughput: they depend on the machine, and an update's time gives away `ppo_epochs`; dropped too."""
+
+
+def hide_config(runs: list[tuple[str, list[dict]]]) -> list[tuple[str, list[dict]]]:
+    """The runs with only behaviour left: no config metric, no timing, and the same metric keys in every run.
+
+    A key that some run lacks is dropped from all of them, so which keys a run has says nothing about its cause.
+    `timing_s/step` stays as the marker of a training step (`minirl.plot.training_steps`), set to 0.0 everywhere.
+    """
+    def kept(key: str) -> bool:
+        return key not in CONFIG_METRICS and not key.startswith(MACHINE_PREFIXES)
+
+    per_run = [{key for record in records for key in record if kept(key)} for _, records in runs]
+    common = set.intersection(*per_run) if per_run else set()
+    hidden = []
+    for cause, records in runs:
+        cleaned = []
+        for record in records:
+            row = {key: value for key, value in record.items() if key in common}
+            if "timing_s/step" in record:
+                row["timing_s/step"] = 0.0
+            cleaned.append(row)
+        hidden.append((cause, cleaned))
+    return hidden
 
 
 def case_overrides(name: str, steps: int, seed: int, test_freq: int | None = None) -> list[str]:
@@ -98,10 +132,11 @@ def run_case(name: str, out_dir: str | Path, steps: int, seed: int = 0, test_fre
 
 
 def graded_runs(cache_dir: str | Path | None = None) -> list[tuple[str, list[dict]]]:
-    """Exercise C.1's runs: (cause, metrics records) for every GRADED cause, seed 1, 12 steps, in a fixed order.
+    """Exercise C.1's runs: (cause, metrics records) for every GRADED cause, seed 3, 12 steps, in a fixed order.
 
     Trained once (about a minute on 2 cores) and cached in `<cache>/lab_c-<hash>/`, the hash covering the cases
-    and their length; a build interrupted half way is started again, never half-read.
+    and their length; a build interrupted half way is started again, never half-read. The records are passed
+    through `hide_config`: the same keys in every run, no `actor/lr`, no timings.
     """
     from minirl.sft import default_cache_dir
 
@@ -124,7 +159,7 @@ def graded_runs(cache_dir: str | Path | None = None) -> list[tuple[str, list[dic
                     shutil.rmtree(building, ignore_errors=True)
     from minirl.plot import load_metrics
 
-    return [(name, load_metrics(target / name)) for name in GRADED]
+    return hide_config([(name, load_metrics(target / name)) for name in GRADED])
 
 
 # ----------------------------------------------------------------------------------------------

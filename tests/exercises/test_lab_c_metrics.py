@@ -1,7 +1,9 @@
 """Grades exercises/lab_c_metrics.py (or solutions/ with --target solutions) on real runs with hidden causes.
 
-The runs are trained once by minirl/book/broken_runs.py::graded_runs (eight 12-step runs, about 30 s on 2 cores)
-and cached; their order here is shuffled, so a run's position says nothing about its cause.
+The runs are trained once by minirl/book/broken_runs.py::graded_runs (eight 12-step runs, seed 3, under a minute on
+2 cores) and cached; their order here is shuffled, so a run's position says nothing about its cause, and
+broken_runs.hide_config leaves every run the same metric keys and no config metric (tests/test_lab_c.py checks it),
+so only the runs' behaviour names the cause.
 """
 
 import random
