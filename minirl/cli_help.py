@@ -76,10 +76,11 @@ COMMANDS = {
                    "  chain       the chain task of Chapters 5 and 8\n  chain-zero  R1-Zero's start for Chapter 8\n"
                    "  word        Lab A's GSM8K-format word problems",
                    "python -m minirl warm-start chain"),
-    "plot": ("python -m minirl plot RUN_DIR [RUN_DIR ...]",
-             "Plot the learning curves of one or more runs (their metrics.jsonl) and save curves.png in the first "
-             "run's directory.",
-             "python -m minirl plot runs/demo"),
+    "plot": ("python -m minirl plot RUN_DIR [RUN_DIR ...] [--view curves|debug] [--out PNG]",
+             "Plot the learning curves of one or more runs (their metrics.jsonl) and save a PNG in the first "
+             "run's directory.\n--view debug draws Lab C's checklist (ppo_kl, pg_clipfrac, entropy, grad_norm, the "
+             "zero-spread share, ...).",
+             "python -m minirl plot runs/demo --view debug"),
     "preference-data": ("python -m minirl preference-data",
                         "Build (the first time: an SFT warm start, then sampled and labelled comparisons; minutes) "
                         "or show the\npreference task of Chapters 3 and 6, and print its directory and "

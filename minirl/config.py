@@ -755,17 +755,19 @@ def validate_config(config: Config) -> None:
 def check_split_over_ranks(config: Config, ranks: int) -> None:
     """Raise if a step's responses, or a mini-batch's, do not split evenly over `ranks` data-parallel ranks.
 
-    verl 0.9.1 splits a batch over its ranks without padding (`single_controller/base/decorator.py` via
-    `_split_args_kwargs_data_proto`; `utils/tensordict_utils.py` asserts `len(td) % chunks == 0`), and
-    `utils/config.py::validate_config` asserts `train_batch_size * n % n_gpus == 0` (without dynamic batch size).
-    The trainer's mini-batches are split the same way, so their size must divide too.
+    verl 0.9.1's legacy trainer splits a batch over its ranks without padding (`single_controller/base/decorator.py`
+    via `_split_args_kwargs_data_proto`; `utils/tensordict_utils.py` asserts `len(td) % chunks == 0`), and
+    `utils/config.py::validate_config` asserts `train_batch_size * n % n_gpus == 0` (without dynamic batch size);
+    the v1 trainer pads an uneven step instead (`trainer/ppo/padding_utils.py`). Mini-batches are split the same
+    way in both, so their size must divide too.
     """
     n = config.actor_rollout_ref.rollout.n
     responses = config.data.train_batch_size * n
     if responses % ranks:
         raise ValueError(f"data.train_batch_size * actor_rollout_ref.rollout.n = {responses} responses per step must "
-                         f"be divisible by the number of processes or ranks ({ranks}): verl splits the batch over "
-                         "its ranks without padding. Change the batch size or rollout.n, or the number of ranks.")
+                         f"be divisible by the number of processes or ranks ({ranks}): verl's legacy trainer splits "
+                         "the batch over its ranks without padding. Change the batch size or rollout.n, or the "
+                         "number of ranks.")
     actor, critic = config.actor_rollout_ref.actor, config.critic
     for name, prompts in (("actor_rollout_ref.actor.ppo_mini_batch_size", actor.ppo_mini_batch_size),
                           ("critic.ppo_mini_batch_size", critic.ppo_mini_batch_size)):
