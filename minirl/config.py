@@ -201,7 +201,8 @@ class RefConfig:
 @dataclass
 class ActorRolloutRefConfig:
     hybrid_engine: bool = True
-    """True: the rollout engine shares the actor's weights (verl's hybrid engine, colocated). False: the engine keeps
+    """True: the rollout engine runs in the actor's processes (verl's hybrid engine, colocated; verl's engine still
+    keeps its own bf16 copy, re-synced every step; minirl's float32 engine uses the actor's). False: the engine keeps
     its own copy, synced after each actor update (with trainer.use_ray, in a worker group of its own). verl 0.9.1's
     legacy trainer refuses false ("only support hybrid engine"); its separated and async trainers split them."""
     model: ModelConfig = field(default_factory=ModelConfig)
