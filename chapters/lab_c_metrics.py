@@ -199,7 +199,7 @@ for seed, records in enumerate(reference["ppo, everything on"]):
 # | `response_length/clip_ratio` | fraction of responses that used the whole `data.max_response_length` | truncation; a policy that stopped ending its answers | **book:** near 0 on a well-sized budget (the healthy run: at most 0.0156 in any step of 3 seeds); a few percent in long reasoning runs (Chapter 8) |
 # | `response_length_non_aborted/*` | the same over responses that are not empty | | |
 # | `response/aborted_ratio` | fraction of empty responses (aborted by the engine) | partial rollouts of asynchronous engines | 0 with a synchronous rollout |
-# | `prompt_length/mean`, `/max`, `/min`, `/clip_ratio` | prompt tokens; clip ratio = fraction at `data.max_prompt_length` | the data | `clip_ratio` should be 0: verl filters over-long prompts (`data.filter_overlong_prompts`) |
+# | `prompt_length/mean`, `/max`, `/min`, `/clip_ratio` | prompt tokens; clip ratio = fraction at `data.max_prompt_length` | the data | `clip_ratio` should be 0: verl drops over-long prompts when `data.filter_overlong_prompts=True`, as its scripts set it (the default is False) |
 
 # %%
 show_ranges(ref, "response")
