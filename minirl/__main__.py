@@ -43,6 +43,13 @@ def exit_without_teardown_if_distributed(code: int) -> None:
         os._exit(code)
 
 
+def _say_error(error: Exception) -> None:
+    """Write `error: ...` to stderr as one line in one write: the processes of a launch share the pipe, and
+    print's two writes (text, then newline) can interleave so that two ranks' messages land on one line."""
+    sys.stderr.write(f"error: {error}\n")
+    sys.stderr.flush()
+
+
 def _run(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -59,7 +66,7 @@ def _run(argv: list[str] | None) -> int:
         try:
             train(rest)
         except (ValueError, FileNotFoundError, RunDirectoryBusy, CheckpointError) as error:  # say what to change
-            print(f"error: {error}", file=sys.stderr)
+            _say_error(error)
             return 2
         return 0
     if command == "config":  # verl/Hydra's `--cfg job`: no model, no data
@@ -68,7 +75,7 @@ def _run(argv: list[str] | None) -> int:
         try:
             print(to_yaml(load_config(rest)), end="")
         except ValueError as error:
-            print(f"error: {error}", file=sys.stderr)
+            _say_error(error)
             return 2
         return 0
     if command == "warm-start":

@@ -67,7 +67,7 @@ def test_every_process_stops_with_the_same_message_on_a_busy_directory(tmp_path)
     with RunLock(run_dir):  # this test process is the first run
         proc = launch("-m", "minirl", "train", f"trainer.default_local_dir={run_dir}", "trainer.total_training_steps=1",
                       "trainer.val_before_train=false", "trainer.logger=[]", timeout=300)
-    refusals = [line for line in proc.stderr.splitlines() if line.startswith("error: another minirl run")]
+    refusals = re.findall(r"error: another minirl run .*?default_local_dir\.", proc.stderr)
     assert proc.returncode != 0 and len(refusals) == 2 and refusals[0] == refusals[1], proc.stderr[-3000:]
     assert f"pid {os.getpid()}" in refusals[0]
     assert sorted(p.name for p in run_dir.iterdir()) == [".minirl.lock"]
