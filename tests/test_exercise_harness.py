@@ -7,6 +7,7 @@ import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -78,8 +79,16 @@ def test_every_exercise_function_is_an_unsolved_stub():
 # ----------------------------------------------------------------------------------------------
 
 
-def grade(target: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, str], str]:
-    """Run the graded tests against `target`; return {test name: failure message or 'passed'} and stdout."""
+class Graded(NamedTuple):
+    results: dict[str, str]
+    """test name -> "passed" or its failure message (an error or a skip is never "passed")"""
+    exercise: dict[str, str]
+    """test name -> the exercise number it grades (the `exercise` property the graded tests' conftest records)"""
+    stdout: str
+
+
+def grade(target: Path, tmp_path: Path, *extra: str) -> Graded:
+    """Run the graded tests against `target` in one pytest process, as `make grade` does; read back its junit."""
     junit = tmp_path / "junit.xml"
     paths = [a for a in extra if a.startswith("tests/")] or ["tests/exercises"]
     options = [a for a in extra if not a.startswith("tests/")]
@@ -88,16 +97,26 @@ def grade(target: Path, tmp_path: Path, *extra: str) -> tuple[dict[str, str], st
          f"--target={target}", f"--junitxml={junit}", *options],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )
-    results = {}
+    results, exercise = {}, {}
     for case in ET.parse(junit).getroot().iter("testcase"):
-        # a failure, an error (e.g. a missing chapter file) or a skip is never "passed"
         problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
         results[case.get("name")] = "passed" if problem is None else (problem.get("message") or problem.tag)
-    return results, proc.stdout
+        for prop in case.iter("property"):
+            if prop.get("name") == "exercise":
+                exercise[case.get("name")] = prop.get("value")
+    return Graded(results, exercise, proc.stdout)
+
+
+def write_answers(directory: Path, files: dict[str, str]) -> Path:
+    """A learner's answer directory: {exercise file stem: source} written as <stem>.py."""
+    directory.mkdir()
+    for stem, source in files.items():
+        (directory / f"{stem}.py").write_text(source)
+    return directory
 
 
 def test_stubs_are_graded_as_todo_not_as_passed(tmp_path):
-    results, stdout = grade(REPO / "exercises", tmp_path)
+    results, _, stdout = grade(REPO / "exercises", tmp_path)
     assert results, "no graded test ran"
     not_todo = {name: msg for name, msg in results.items() if "not written yet" not in msg}
     assert not not_todo, f"these graded tests do not report an unsolved stub as todo: {not_todo}"
@@ -130,26 +149,19 @@ def place_scores_on_last_token(scores, response_mask):
         time.sleep(0.1)
 '''
 
-EXPECTED_MESSAGES = {
-    "test_masked_mean_ignores_nan_in_padding": "NaN sitting in a padded position leaked",
-    "test_masked_mean_empty_row_is_zero": "add 1e-8 to the denominator",
-    "test_masked_whiten_matches_verl": "biased variance",
-    "test_logprobs_from_logits_is_stable_for_large_logits": "softmax underflowed",
-    "test_get_response_mask_keeps_the_eos_when_pad_is_eos": "pad == eos bug",
-    "test_place_scores_on_last_token_toy": "did not return within",
-}
-
-
-def test_graders_explain_the_classic_mistakes(tmp_path):
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    (wrong / "ch00_tensors.py").write_text(WRONG_CH00)
-    results, stdout = grade(wrong, tmp_path, "tests/exercises/test_ch00_tensors.py")
-    for test, message in EXPECTED_MESSAGES.items():
-        assert message in results[test], f"{test}: expected a message containing {message!r}, got {results[test]!r}"
-    # The correct parts still pass: one hanging or wrong exercise does not stop the others being graded.
-    assert results["test_masked_mean_toy"] == "passed"
-    assert "FAILED" in stdout
+# Each exercise file's classic mistakes: [(a wrong file, {graded test: what its message must contain, or "passed"
+# for a correct part that must still pass})]. All are graded in as few pytest runs as there are variants per file.
+CLASSIC_MISTAKES: dict[str, list[tuple[str, dict[str, str]]]] = {}
+CLASSIC_MISTAKES["ch00_tensors"] = [
+    (WRONG_CH00, {"test_masked_mean_ignores_nan_in_padding": "NaN sitting in a padded position leaked",
+                  "test_masked_mean_empty_row_is_zero": "add 1e-8 to the denominator",
+                  "test_masked_whiten_matches_verl": "biased variance",
+                  "test_logprobs_from_logits_is_stable_for_large_logits": "softmax underflowed",
+                  "test_get_response_mask_keeps_the_eos_when_pad_is_eos": "pad == eos bug",
+                  "test_place_scores_on_last_token_toy": "did not return within",
+                  # one hanging or wrong exercise does not stop the others being graded
+                  "test_masked_mean_toy": "passed"}),
+]
 
 
 def test_wrong_shape_is_reported_as_such(tmp_path):
@@ -158,7 +170,7 @@ def test_wrong_shape_is_reported_as_such(tmp_path):
     source = (REPO / "solutions" / "ch00_tensors.py").read_text()
     source += "\n\ndef masked_mean(values, mask, axis=None):\n    return values.sum(dim=0)\n"
     (wrong / "ch00_tensors.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch00_tensors.py", "-k", "masked_mean_toy")
+    results = grade(wrong, tmp_path, "tests/exercises/test_ch00_tensors.py", "-k", "masked_mean_toy").results
     assert "should have shape ()" in results["test_masked_mean_toy"]
 
 
@@ -197,19 +209,12 @@ def repeat_with_uids(prompts, n):
 '''
 
 
-@pytest.mark.parametrize("source, expected", [
+CLASSIC_MISTAKES["ch04_grpo"] = [
     (WRONG_CH04_NO_MASK, {"test_group_advantages_match_verl": "multiply by response_mask",
                           "test_repeat_is_interleaved": "tiled"}),
     (WRONG_CH04_BIASED, {"test_group_advantages_match_verl": "biased std",
                          "test_uid_is_per_prompt_not_per_text": "same uid"}),
-])
-def test_chapter4_graders_explain_the_classic_mistakes(tmp_path, source, expected):
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    (wrong / "ch04_grpo.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch04_grpo.py")
-    for test, message in expected.items():
-        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+]
 
 
 WRONG_CH02_FORWARD = '''
@@ -263,7 +268,7 @@ def whiten_advantages(advantages_raw, response_mask):
 '''
 
 
-@pytest.mark.parametrize("source, expected", [
+CLASSIC_MISTAKES["ch02_gae"] = [
     (WRONG_CH02_FORWARD, {"test_gae_scan_toy": "scanned FORWARDS",
                           "test_whiten_advantages_match_minirl": "whitened each row separately",
                           "test_whiten_advantages_statistics_are_batch_wide": "whitened each row separately"}),
@@ -271,14 +276,7 @@ def whiten_advantages(advantages_raw, response_mask):
                            "test_gae_scan_skips_masked_tokens": "carries them over the token unchanged",
                            "test_whiten_advantages_match_minirl": "biased variance",
                            "test_whiten_advantages_needs_two_valid_tokens": "Raise a ValueError"}),
-])
-def test_chapter2_graders_explain_the_classic_mistakes(tmp_path, source, expected):
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    (wrong / "ch02_gae.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch02_gae.py")
-    for test, message in expected.items():
-        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+]
 
 
 WRONG_CH07_GRPO_LIKE = '''
@@ -342,7 +340,7 @@ def register_my_estimator():
 '''
 
 
-@pytest.mark.parametrize("source, expected", [
+CLASSIC_MISTAKES["ch07_baselines"] = [
     (WRONG_CH07_GRPO_LIKE, {"test_rloo_matches_verl": "GRPO without the std",
                             "test_remax_toy": "runs forwards",
                             "test_estimator_values_through_the_registry": "torch.median returns the LOWER",
@@ -351,14 +349,7 @@ def register_my_estimator():
                              "test_remax_toy": "padding is not 0",
                              "test_remax_checks_the_baseline_shape": "was accepted",
                              "test_estimator_values_through_the_registry": "**kwargs"}),
-])
-def test_chapter7_graders_explain_the_classic_mistakes(tmp_path, source, expected):
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    (wrong / "ch07_baselines.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch07_baselines.py")
-    for test, message in expected.items():
-        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+]
 
 
 WRONG_CH03_NAIVE = '''
@@ -403,7 +394,7 @@ def kl_estimators(logprob, ref_logprob):
 '''
 
 
-@pytest.mark.parametrize("source, expected", [
+CLASSIC_MISTAKES["ch03_rlhf"] = [
     (WRONG_CH03_NAIVE, {"test_bradley_terry_toy": "passed",
                         "test_bradley_terry_is_stable_for_large_differences": "underflows to log(0)",
                         "test_bradley_terry_tie_is_not_accurate": "a tie is not a correct ranking",
@@ -419,14 +410,7 @@ def kl_estimators(logprob, ref_logprob):
                            "test_kl_penalty_current_kl_is_a_mean_over_sequences": "passed",
                            "test_kl_estimators_toy": "HALF the squared log-ratio",
                            "test_kl_estimators_k3_is_clamped": "but not the result"}),
-])
-def test_chapter3_graders_explain_the_classic_mistakes(tmp_path, source, expected):
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    (wrong / "ch03_rlhf.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch03_rlhf.py")
-    for test, message in expected.items():
-        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+]
 
 
 WRONG_CH06_NAIVE = '''
@@ -474,7 +458,7 @@ def implicit_reward_metrics(policy_chosen_logps, policy_rejected_logps, referenc
 '''
 
 
-@pytest.mark.parametrize("source, expected", [
+CLASSIC_MISTAKES["ch06_dpo"] = [
     (WRONG_CH06_NAIVE, {"test_dpo_loss_toy": "passed",
                         "test_dpo_loss_matches_trl": "is ignored",
                         "test_dpo_rewards_are_detached": "carry a gradient",
@@ -486,14 +470,7 @@ def implicit_reward_metrics(policy_chosen_logps, policy_rejected_logps, referenc
                          "test_dpo_loss_matches_trl": "robust DPO",
                          "test_dpo_loss_rejects_bad_label_smoothing": "passed",
                          "test_metrics_toy": "should be a Python float"}),
-])
-def test_chapter6_graders_explain_the_classic_mistakes(tmp_path, source, expected):
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    (wrong / "ch06_dpo.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch06_dpo.py")
-    for test, message in expected.items():
-        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+]
 
 
 WRONG_CH09_NO_TRUNCATION = '''
@@ -545,7 +522,7 @@ def sequence_rejection_mask(log_ratio, response_mask, threshold):
 '''
 
 
-@pytest.mark.parametrize("source, expected", [
+CLASSIC_MISTAKES["ch09_rollout_corr"] = [
     (WRONG_CH09_NO_TRUNCATION, {"test_truncated_is_toy": "You did not truncate",
                                 "test_truncated_is_cuts_only_large_weights": "You did not truncate",
                                 "test_sequence_rejection_toy": "passed",
@@ -561,14 +538,7 @@ def sequence_rejection_mask(log_ratio, response_mask, threshold):
                           "test_eff_sample_size_toy": "from the raw ratios, before truncation",
                           "test_sequence_rejection_toy": "You used k1",
                           "test_sequence_rejection_uses_k3": "You used k1"}),
-])
-def test_chapter9_graders_explain_the_classic_mistakes(tmp_path, source, expected):
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    (wrong / "ch09_rollout_corr.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch09_rollout_corr.py")
-    for test, message in expected.items():
-        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+]
 
 
 WRONG_CH10_INTERLEAVED = '''
@@ -655,7 +625,7 @@ def step_stages(config, step=1):
 '''
 
 
-@pytest.mark.parametrize("source, expected", [
+CLASSIC_MISTAKES["ch10_hybridflow"] = [
     (WRONG_CH10_INTERLEAVED, {"test_dp_dispatch_toy": "You dealt the rows round-robin",
                               "test_dp_dispatch_round_trip": "You dealt the rows round-robin",
                               "test_dp_dispatch_refuses_fewer_rows_than_ranks": "passed",
@@ -675,14 +645,7 @@ def step_stages(config, step=1):
                                  "test_step_stages_gae_updates_the_critic_first": "passed",
                                  "test_step_stages_critic_warmup": "You forgot trainer.critic_warmup",
                                  "test_step_stages_match_the_real_trainer": "You forgot trainer.critic_warmup"}),
-])
-def test_chapter10_graders_explain_the_classic_mistakes(tmp_path, source, expected):
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    (wrong / "ch10_hybridflow.py").write_text(source)
-    results, _ = grade(wrong, tmp_path, "tests/exercises/test_ch10_hybridflow.py")
-    for test, message in expected.items():
-        assert message in results[test], f"{test}: expected {message!r}, got {results[test]!r}"
+]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -767,18 +730,50 @@ def test_make_grade_passes_one_exercise_to_pytest():
         assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
 
 
-@pytest.mark.parametrize("number", sorted(marked_checks()))
-def test_one_exercise_command_runs_all_its_checks_and_fails_a_wrong_answer(tmp_path, number):
+CASES = [(stem, variant) for stem, variants in CLASSIC_MISTAKES.items() for variant in range(len(variants))]
+
+
+@pytest.fixture(scope="module")
+def classic_mistakes_graded(tmp_path_factory) -> dict[tuple[str, int], Graded]:
+    """Grade every classic mistake: run k holds the k-th wrong file of every exercise file (and grades only those
+    files' tests), so a handful of pytest runs grade them all."""
+    graded = {}
+    for k in range(max(len(variants) for variants in CLASSIC_MISTAKES.values())):
+        files = {stem: variants[k][0] for stem, variants in CLASSIC_MISTAKES.items() if k < len(variants)}
+        tmp = tmp_path_factory.mktemp(f"classic{k}")
+        run = grade(write_answers(tmp / "wrong", files), tmp, *[f"tests/exercises/test_{stem}.py" for stem in files])
+        graded.update({(stem, k): run for stem in files})
+    return graded
+
+
+@pytest.mark.parametrize("stem, variant", CASES, ids=[f"{stem}-{variant}" for stem, variant in CASES])
+def test_graders_explain_the_classic_mistakes(classic_mistakes_graded, stem, variant):
+    run = classic_mistakes_graded[(stem, variant)]
+    for test, message in CLASSIC_MISTAKES[stem][variant][1].items():
+        got = run.results[test]
+        assert got == "passed" if message == "passed" else message in got, f"{test}: expected {message!r}, got {got!r}"
+    assert "FAILED" in run.stdout
+
+
+def test_every_exercise_has_three_checks_and_each_catches_a_wrong_answer(tmp_path):
+    """One grading run over every exercise's wrong answer: each exercise has at least 3 checks, at least one of
+    them fails, and the table tells the learner the command that regrades that exercise alone."""
     counts = marked_checks()
-    assert counts[number] >= 3, f"exercise {number} has only {counts[number]} checks; write at least 3"
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    for chapter, source in WRONG.items():
-        (wrong / f"{chapter}.py").write_text(source)
-    results, stdout = grade(wrong, tmp_path, f"--exercise={number}")
-    assert len(results) == counts[number], f"--exercise {number} ran {len(results)} of {counts[number]} checks"
-    assert any(message != "passed" for message in results.values()), f"a wrong answer to {number} passed"
-    assert f"make grade EX={number}" in stdout and "FAILED" in stdout
+    run = grade(write_answers(tmp_path / "wrong", WRONG), tmp_path)
+    for number, count in sorted(counts.items()):
+        assert count >= 3, f"exercise {number} has only {count} checks; write at least 3"
+        outcomes = [run.results[name] for name, of in run.exercise.items() if of == number]
+        assert len(outcomes) == count, f"exercise {number}: {len(outcomes)} graded checks, {count} marked"
+        assert any(outcome != "passed" for outcome in outcomes), f"a wrong answer to {number} passed"
+        assert f"make grade EX={number}" in run.stdout, number
+
+
+def test_one_exercise_command_runs_all_its_checks_and_fails_a_wrong_answer(tmp_path):
+    number = "5.2"  # the exercise with the most checks
+    run = grade(write_answers(tmp_path / "wrong", WRONG), tmp_path, f"--exercise={number}")
+    assert set(run.exercise.values()) == {number} and len(run.results) == marked_checks()[number]
+    assert any(message != "passed" for message in run.results.values()), f"a wrong answer to {number} passed"
+    assert f"make grade EX={number}" in run.stdout and "FAILED" in run.stdout
 
 
 @pytest.mark.parametrize("chapter", ["7", "C"])
@@ -787,14 +782,11 @@ def test_a_chapter_command_grades_every_exercise_of_the_chapter(tmp_path, chapte
     counts = marked_checks()
     numbers = [number for number in counts if number.split(".")[0] == chapter]
     assert numbers and (chapter == "C" or len(numbers) >= 2), numbers
-    wrong = tmp_path / "wrong"
-    wrong.mkdir()
-    for name, source in WRONG.items():
-        (wrong / f"{name}.py").write_text(source)
-    results, stdout = grade(wrong, tmp_path, f"--exercise={chapter}")
-    assert len(results) == sum(counts[number] for number in numbers)
+    run = grade(write_answers(tmp_path / "wrong", WRONG), tmp_path, f"--exercise={chapter}")
+    assert sorted(set(run.exercise.values())) == sorted(numbers)
+    assert len(run.results) == sum(counts[number] for number in numbers)
     for number in numbers:
-        assert f"make grade EX={number}" in stdout, number
+        assert f"make grade EX={number}" in run.stdout, number
 
 
 def test_the_exercise_option_selects_by_identity_or_by_chapter():
