@@ -517,8 +517,8 @@ def test_builtin_estimators_are_registered_under_verls_names():
     assert set(expected) <= set(ADV_ESTIMATOR_REGISTRY)
     for name, fn in expected.items():
         assert get_adv_estimator_fn(name) is fn
-    with pytest.raises(ValueError, match="registered: gae, grpo"):
-        get_adv_estimator_fn("opo")
+    with pytest.raises(ValueError, match="registered: gae, gdpo, gpg, grpo"):
+        get_adv_estimator_fn("no_such_estimator")
 
 
 def test_register_refuses_a_different_function_under_a_taken_name_but_allows_a_rerun():
