@@ -56,7 +56,8 @@ def _key_table(keys: list[tuple[str, str, str]]) -> str:
 TRAIN_KEYS = ("algorithm.adv_estimator", "data.train_files", "data.val_files", "data.train_batch_size",
               "data.max_response_length", "actor_rollout_ref.model.path", "actor_rollout_ref.rollout.n",
               "actor_rollout_ref.actor.optim.lr", "actor_rollout_ref.actor.ppo_mini_batch_size",
-              "actor_rollout_ref.actor.use_kl_loss", "trainer.total_training_steps", "trainer.test_freq",
+              "actor_rollout_ref.actor.policy_loss.loss_mode", "actor_rollout_ref.actor.use_kl_loss",
+              "trainer.total_training_steps", "trainer.test_freq",
               "trainer.default_local_dir", "trainer.resume_mode", "data.seed")
 
 COMMANDS = {

@@ -36,6 +36,7 @@ from omegaconf.errors import ConfigKeyError, InterpolationResolutionError, Valid
 from minirl.advantage import ADV_ESTIMATOR_REGISTRY
 from minirl.core import LOSS_AGG_MODES
 from minirl.kl import KL_PENALTY_CHOICES
+from minirl.policy_loss import POLICY_LOSS_REGISTRY, clip_range
 from minirl.rollout_correction import BYPASS_LOSS_TYPES, ROLLOUT_IS_LEVELS, ROLLOUT_RS_OPTIONS
 
 ROLLOUT_DTYPES = ("float32", "bfloat16", "float16")
@@ -151,6 +152,25 @@ class OptimConfig:
 
 
 @dataclass
+class PolicyLossConfig:
+    loss_mode: str = "vanilla"
+    """The policy loss, by its registered name (minirl/policy_loss.py): vanilla (PPO), gspo, sapo, cispo, geo_mean,
+    dppo_tv, dppo_kl, gpg, dro, clip_cov, kl_cov. bypass_mode is chosen by algorithm.rollout_correction.bypass_mode."""
+    clip_cov_ratio: float = 0.0002
+    """clip_cov: fraction of the batch's tokens whose gradient is removed (at least one)."""
+    clip_cov_lb: float = 1.0
+    """clip_cov: a token is a candidate if its covariance cov_t is above this ..."""
+    clip_cov_ub: float = 5.0
+    """... and below this."""
+    kl_cov_ratio: float = 0.0002
+    """kl_cov: fraction of the batch's tokens (the highest cov_t, at least one) that get the |log r| penalty."""
+    ppo_kl_coef: float = 0.1
+    """kl_cov: weight of that penalty."""
+    dro_beta: float | None = None
+    """dro: weight of the quadratic log-ratio penalty beta/2 (log r)^2; required (> 0) for loss_mode=dro."""
+
+
+@dataclass
 class ActorConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     ppo_mini_batch_size: int = 16
@@ -164,12 +184,23 @@ class ActorConfig:
     """Token budget (prompt + response, padding excluded) of one micro-batch with use_dynamic_bsz."""
     ppo_epochs: int = 1
     """Passes over each batch. More than one makes later mini-batches off-policy, where clipping acts."""
-    clip_ratio_low: float = 0.2
-    """PPO clip below 1: ratio >= 1 - clip_ratio_low."""
-    clip_ratio_high: float = 0.2
+    clip_ratio: float = 0.2
+    """PPO's eps, used where clip_ratio_low or clip_ratio_high is null (both are 0.2 by default, as in verl, so
+    this key alone changes nothing)."""
+    clip_ratio_low: float | None = 0.2
+    """PPO clip below 1: ratio >= 1 - clip_ratio_low (dppo_*: a probability-difference or KL threshold)."""
+    clip_ratio_high: float | None = 0.2
     """PPO clip above 1: ratio <= 1 + clip_ratio_high (DAPO's clip-higher: 0.28)."""
     clip_ratio_c: float = 3.0
-    """Dual-clip bound for negative advantages (> 1)."""
+    """Dual-clip bound for negative advantages (> 1); dppo_* truncate their IS weight at it."""
+    calculate_sum_pi_squared: bool = False
+    """Also compute sum_v pi(v)^2 of each response token's distribution in the old-log-prob pass: the optimal token
+    baselines need it, and it adds the variance_proxy/* metrics."""
+    tau_pos: float = 1.0
+    """sapo: gate temperature for tokens with a positive advantage."""
+    tau_neg: float = 1.05
+    """sapo: gate temperature for tokens with a negative advantage (> tau_pos damps them sooner)."""
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     loss_agg_mode: str = "token-mean"
     """How per-token losses become one number; see minirl.core.agg_loss."""
     loss_scale_factor: float | None = None
@@ -286,8 +317,14 @@ class FilterGroupsConfig:
 @dataclass
 class AlgorithmConfig:
     adv_estimator: str = "grpo"
-    """Advantage estimator: gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax, or a name
+    """Advantage estimator: gae, grpo, grpo_vectorized, grpo_passk, gdpo, rloo, rloo_vectorized, opo, gpg, remax,
+    reinforce_plus_plus, reinforce_plus_plus_baseline, optimal_token_baseline, tir_optimal_token_baseline, or a name
     registered with minirl.advantage.register_adv_est. verl: gae."""
+    gdpo_reward_keys: list[str] | None = None
+    """gdpo: the reward dimensions, keys of the dict the reward function returns (e.g. [acc, format]); each is
+    normalised within its group before they are summed. verl reads it but does not declare it: +algorithm.gdpo_..."""
+    gdpo_reward_weights: list[float] | None = None
+    """gdpo: one weight per key of gdpo_reward_keys; null = equal weights."""
     gamma: float = 1.0
     """Discount (GAE, REINFORCE++)."""
     lam: float = 1.0
@@ -464,13 +501,112 @@ def legacy_reward_key_error(key: str) -> str:
             f"scores with default_compute_score instead); write {new}=... instead")
 
 
-# Why a verl key has no effect in minirl, by glob pattern (first match wins).
+# verl keys that change what is trained (the loss, the data, the model, the schedule) and that minirl lacks: refused
+# unless set to verl 0.9.1's default, where they change nothing (tests/parity checks each default against verl's
+# generated config). A key inside one of these (override_config.attention_dropout=...) is refused whatever its value.
+# key -> (verl's default, what the key does in verl)
+_LORA = "LoRA adapters (planned: Chapter 14)"
+_V1 = "verl's v1 trainer (agent loops, replay buffer, async modes; planned: Chapter 12)"
+_TOOLS = "multi-turn rollouts with tools (planned: Chapter 13)"
+MINIRL_LACKS: dict[str, tuple[Any, str]] = {
+    **{f"{role}.optim.optimizer": ("AdamW", "optimizers other than torch.optim.AdamW")
+       for role in (ACTOR, "critic")},
+    **{f"{role}.optim.optimizer_impl": ("torch.optim", "optimizer libraries other than torch.optim")
+       for role in (ACTOR, "critic")},
+    **{f"{role}.optim.override_optimizer_config": (None, "extra optimizer arguments") for role in (ACTOR, "critic")},
+    **{f"{role}.optim.zero_indexed_step": (True, "a learning-rate schedule counted from step 1") for role in
+       (ACTOR, "critic")},
+    f"{ACTOR}.qat.enable": (False, "quantization-aware training"),
+    **{f"{model}.{key}": (default, why) for model in ("actor_rollout_ref.model", "critic.model") for key, (default, why)
+       in {"lora_rank": (0, _LORA), "lora.rank": (0, _LORA), "lora_adapter_path": (None, _LORA),
+           "lora.adapter_path": (None, _LORA),
+           "override_config": ({}, "overriding the model's Hugging Face config (dropout, rope scaling, ...)"),
+           "custom_chat_template": (None, "chat templates other than the tokenizer's"),
+           "tokenizer_path": (None, "tokenizers from a directory other than model.path"),
+           "hf_config_path": (None, "model configs from a directory other than model.path"),
+           "external_lib": (None, "importing a library that registers custom model classes"),
+           "trust_remote_code": (False, "running a model repository's own Python code"),
+           "mtp.enable": (False, "multi-token prediction heads")}.items()},
+    "critic.loss_scale_factor": (None, "the critic's own seq-mean-token-sum-norm constant"),
+    "algorithm.use_pf_ppo": (False, "preference-feedback PPO's reweighted resampling of each batch "
+                                    "(core_algos.py::compute_pf_ppo_reweight_data)"),
+    "algorithm.filter_groups.max_inflight_gen_batches": (1, _V1),
+    "trainer.v1.trainer_mode": ("sync", _V1),
+    "trainer.v1.colocate_async.num_warmup_batches": (1, _V1),
+    "trainer.v1.separate_async.num_warmup_batches": (1, _V1),
+    "trainer.v1.separate_async.parameter_sync_step": (4, _V1),
+    "trainer.v1.separate_async.hybrid_rollout.enable_switch": (False, _V1),
+    "trainer.v1.sampler.max_off_policy_threshold": (8, _V1),
+    "trainer.v1.sampler.max_off_policy_strategy": ("drop", _V1),
+    "trainer.v1.sampler.sync_refill_failed_groups": (False, _V1),
+    "trainer.v1.sampler.custom_sampler.path": (None, _V1),
+    "trainer.v1.sampler.sampler_kwargs": ({}, _V1),
+    "actor_rollout_ref.rollout.multi_turn.enable": (False, _TOOLS),
+    "actor_rollout_ref.rollout.multi_turn.tool_config_path": (None, _TOOLS),
+    "actor_rollout_ref.rollout.multi_turn.function_tool_path": (None, _TOOLS),
+    "actor_rollout_ref.rollout.agent.default_agent_loop": ("single_turn_agent", _TOOLS),
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": (None, _TOOLS),
+    "data.tool_config_path": (None, _TOOLS),
+    "data.function_tool_path": (None, _TOOLS),
+    "actor_rollout_ref.rollout.ignore_eos": (False, "generating past the end-of-sequence token"),
+    "actor_rollout_ref.rollout.logprobs_mode": ("processed_logprobs", "returning the rollout's raw log-probs "
+                                                "(before temperature)"),
+    "actor_rollout_ref.rollout.over_sample_rate": (0, "sampling extra responses and aborting the slowest"),
+    "actor_rollout_ref.rollout.response_length": (None, "a rollout length other than data.max_response_length "
+                                                        "(set that key instead)"),
+    "actor_rollout_ref.rollout.prompt_length": (None, "a prompt length other than data.max_prompt_length (set that "
+                                                      "key instead)"),
+    "data.apply_chat_template_kwargs": ({}, "extra chat-template arguments (e.g. enable_thinking)"),
+    "data.custom_cls.path": (None, "a custom dataset class"),
+    "data.prompt_key": ("prompt", "reading the prompt from a column other than `prompt`"),
+    "data.reward_fn_key": ("data_source", "choosing the scoring rule by a column other than `data_source`"),
+    "data.tokenizer": (None, "a tokenizer other than the model's"),
+    "data.validation_shuffle": (False, "shuffling the validation set (with val_max_samples, another subset)"),
+    "reward.reward_manager.source": ("register", "loading a reward manager class from a file"),
+    "reward.reward_manager.module.path": (None, "loading a reward manager class from a file"),
+    "reward.sandbox_fusion.url": (None, "code-execution rewards in a sandbox"),
+    "sandbox_fusion.url": (None, "code-execution rewards in a sandbox"),
+    "distillation.enabled": (False, "on-policy distillation from a teacher (planned: Chapter 14)"),
+    "trainer.resume_from_path": (None, "resuming from a chosen checkpoint (resume_mode=resume_path)"),
+    **{f"skip.{name}.enable": (False, "replaying rollouts dumped by an earlier run")
+       for name in ("rollout", "rollout_tq", "async_rollout")},
+}
+
+
+def lacks_refusal(key: str, value: str) -> str | None:
+    """The refusal for a verl key of MINIRL_LACKS set to something other than verl's default, else None."""
+    for lacked, (default, why) in MINIRL_LACKS.items():
+        if key.startswith(lacked + "."):
+            return f"{key}={value}: minirl lacks {why} (verl 0.9.1's {lacked}). Remove the key."
+        if key == lacked:
+            try:
+                parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"x={value}"]))["x"]
+            except Exception:  # noqa: BLE001 (an unparsable value is not the default)
+                parsed = value
+            if parsed != default and not (default is None and parsed in ("", "null")):
+                return (f"{key}={value}: minirl lacks {why}, so this run would not train as it does in verl 0.9.1. "
+                        f"Remove the key, or set verl's default {key}={_yaml(default)}.")
+            return None
+    return None
+
+
+def _yaml(value) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# Why a verl key has no effect in minirl, by glob pattern (first match wins). None of them changes what is trained:
+# those are in MINIRL_LACKS, and a test checks that no verl key falls through to the last line.
+_SAME_MATHS = "a kernel, memory or speed optimisation (same maths)"
 NO_EFFECT_REASONS = [
     ("*fsdp_config.*", "FSDP sharding, offload and dtypes: minirl keeps a full float32 copy per process (DDP)"),
     ("critic.fsdp.*", "FSDP sharding, offload and dtypes: minirl keeps a full float32 copy per process (DDP)"),
     ("*.use_remove_padding", "padding-free packing is a kernel optimisation; minirl pads (same maths)"),
     ("*ulysses_sequence_parallel_size", "sequence parallelism: minirl runs whole sequences per process"),
     ("actor_rollout_ref.rollout.calculate_log_probs", "minirl's rollout always returns its log-probs"),
+    ("actor_rollout_ref.rollout.multi_turn.*", "multi-turn settings: used only with multi_turn.enable (refused)"),
+    ("actor_rollout_ref.rollout.agent.*", "agent-loop workers: minirl's rollout runs in the trainer's process"),
+    ("actor_rollout_ref.rollout.enable_rollout_routing_replay", "replaying mixture-of-experts routing: minirl's "
+                                                                "models are dense"),
     ("actor_rollout_ref.rollout.*", "inference-engine setting (vLLM/SGLang): minirl's rollout is a KV-cached "
                                     "decode loop (its options: dtype, weight_sync_interval, top_k, top_p)"),
     ("*.ppo_micro_batch_size", "deprecated global micro-batch size: use ppo_micro_batch_size_per_gpu"),
@@ -484,6 +620,55 @@ NO_EFFECT_REASONS = [
     ("global_profiler.*", "profilers are not wired in minirl"),
     ("*.profiler.*", "profilers are not wired in minirl"),
     ("*checkpoint*", "minirl writes one checkpoint layout (see minirl/README.md)"),
+    ("*ckpt*", "minirl keeps every checkpoint of a run, locally (see minirl/README.md)"),
+    ("trainer.default_hdfs_dir", "minirl keeps every checkpoint of a run, locally (see minirl/README.md)"),
+    ("*.model.lora.*", "LoRA settings: used only with lora.rank > 0 (refused)"),
+    ("*.model.lora_alpha", "LoRA settings: used only with lora_rank > 0 (refused)"),
+    ("*.model.target_modules", "LoRA settings: used only with lora_rank > 0 (refused)"),
+    ("*.model.exclude_modules", "LoRA settings: used only with lora_rank > 0 (refused)"),
+    ("*.model.mtp.*", "multi-token prediction settings: used only with mtp.enable (refused)"),
+    ("*.qat.*", "quantization-aware training settings: used only with qat.enable (refused)"),
+    ("distillation.*", "distillation settings: used only with distillation.enabled (refused)"),
+    ("trainer.v1.*", "v1 trainer settings: used only in a v1 mode minirl refuses"),
+    ("algorithm.pf_ppo.*", "used only with algorithm.use_pf_ppo (refused)"),
+    ("reward.reward_model.*", "the reward model's serving engine: minirl runs the reward model in the trainer process"),
+    ("*sandbox_fusion.*", "sandbox settings: used only with a sandbox url (refused)"),
+    ("reward.reward_manager.module.*", "used only with reward_manager.module.path (refused)"),
+    ("reward.num_workers", "reward workers: minirl scores in the trainer process"),
+    ("skip.*", "rollout replay settings: used only with skip.*.enable (refused)"),
+    ("data.custom_cls.*", "used only with data.custom_cls.path (refused)"),
+    ("data.image_key", "multimodal inputs: minirl's models and tasks are text-only"),
+    ("data.video_key", "multimodal inputs: minirl's models and tasks are text-only"),
+    ("data.audio_key", "multimodal inputs: minirl's models and tasks are text-only"),
+    ("data.image_patch_size", "multimodal inputs: minirl's models and tasks are text-only"),
+    ("data.mm_processor_kwargs", "multimodal inputs: minirl's models and tasks are text-only"),
+    ("data.return_multi_modal_inputs", "multimodal inputs: minirl's models and tasks are text-only"),
+    ("*freeze_vision_tower", "multimodal inputs: minirl's models and tasks are text-only"),
+    ("data.return_*", "what verl's dataset hands its rollout engine; minirl's loader returns ids and the chat"),
+    ("data.val_batch_size", "deprecated in verl: validation runs as one batch, as in minirl"),
+    ("data.trust_remote_code", "running a tokenizer repository's own code: minirl never does"),
+    ("*num_workers", "parallel workers: minirl loads data and scores in the trainer process"),
+    ("data.filter_overlong_prompts_workers", "parallel workers: minirl loads data and scores in the trainer process"),
+    ("*.use_shm", "loading speed"),
+    ("*.use_fused_kernels", _SAME_MATHS),
+    ("*.fused_kernel_options.*", _SAME_MATHS),
+    ("*.use_liger", _SAME_MATHS),
+    ("*.use_torch_compile", _SAME_MATHS),
+    ("*.entropy_from_logits_*", _SAME_MATHS),
+    ("*.pad_to_length", _SAME_MATHS),
+    ("*.tiled_mlp.*", _SAME_MATHS),
+    ("*.enable_activation_offload", _SAME_MATHS),
+    ("*.use_prefix_grouper", _SAME_MATHS),
+    ("*.strategy", "the training backend (fsdp, megatron, ...): minirl uses accelerate's DDP"),
+    ("*.rollout_n", "verl's internal copy of rollout.n"),
+    ("*.optim.total_training_steps", "verl fills it from trainer.total_training_steps, as minirl does"),
+    ("actor_rollout_ref.actor.calculate_entropy", "minirl always computes the entropy metric"),
+    ("actor_rollout_ref.nccl_timeout", "distributed timeouts: minirl's processes use torch.distributed's"),
+    ("trainer.esi_redundant_time", "elastic-training timing on Ascend NPUs"),
+    ("trainer.ray_wait_register_center_timeout", "Ray start-up timeout"),
+    ("trainer.log_val_generations", "logging sample generations to the tracker"),
+    ("trainer.rollout_data_dir", "dumping generations to files"),
+    ("trainer.validation_data_dir", "dumping generations to files"),
     ("*", "a verl 0.9.1 feature minirl does not implement"),
 ]
 
@@ -560,7 +745,11 @@ def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
                 value = _check_loggers(value, parsed)
             parsed.applied.append(f"{key}={value}")
         elif _is_verl_key(key) or (adds and _is_verl_group(key.rsplit(".", 1)[0])):
-            parsed.no_effect[key] = no_effect_reason(key)
+            refusal = lacks_refusal(key, value)
+            if refusal:
+                raise ValueError(refusal)
+            parsed.no_effect[key] = no_effect_reason(key) if key not in MINIRL_LACKS else \
+                f"verl's default, the only value minirl implements (it lacks {MINIRL_LACKS[key][1]})"
         else:
             close = difflib.get_close_matches(key, minirl_keys + sorted(verl_keys()), n=1, cutoff=0.5)
             hint = f" Did you mean {close[0]}?" if close else ""
@@ -611,6 +800,11 @@ def load_config(overrides: list[str] | None = None, announce: bool = True) -> Co
     except (ValidationError, ConfigKeyError, InterpolationResolutionError) as error:
         raise ValueError(f"bad config value: {error.msg}") from None
     validate_config(config)
+    actor = config.actor_rollout_ref.actor
+    if actor.policy_loss.loss_mode == "sapo" and actor.loss_agg_mode != "seq-mean-token-mean":
+        parsed.notices.append(f"policy_loss.loss_mode=sapo aggregates its policy loss with seq-mean-token-mean, as "
+                              f"verl 0.9.1 does, whatever loss_agg_mode says ({actor.loss_agg_mode}, which still "
+                              "applies to the entropy and KL losses)")
     if announce and os.environ.get("RANK", "0") == "0":
         for notice in parsed.notices:
             print(f"minirl config: {notice}", file=sys.stderr)
@@ -692,10 +886,25 @@ def validate_config(config: Config) -> None:
         if mini >= 1 and data.train_batch_size % mini:
             problems.append(f"{name}={mini} must divide data.train_batch_size={data.train_batch_size} "
                             "(both count prompts)")
-    if not 0 <= actor.clip_ratio_low < 1:
-        problems.append(f"{ACTOR}.clip_ratio_low must be in [0, 1) (got {actor.clip_ratio_low})")
-    if actor.clip_ratio_high < 0:
-        problems.append(f"{ACTOR}.clip_ratio_high must be >= 0 (got {actor.clip_ratio_high})")
+    low, high = clip_range(actor)
+    if low < 0:
+        problems.append(f"{ACTOR}.clip_ratio_low must be >= 0 (got {low}); 1 or more removes the lower clip")
+    if high < 0:
+        problems.append(f"{ACTOR}.clip_ratio_high must be >= 0 (got {high})")
+    problems += policy_loss_problems(config)
+    if algo.adv_estimator in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        if not actor.calculate_sum_pi_squared:
+            problems.append(f"algorithm.adv_estimator={algo.adv_estimator} needs sum_pi_squared from the actor: set "
+                            f"{ACTOR}.calculate_sum_pi_squared=true")
+        if algo.rollout_correction.bypass_mode:
+            problems.append(f"algorithm.adv_estimator={algo.adv_estimator} needs the actor's old-log-prob pass, which "
+                            "algorithm.rollout_correction.bypass_mode=true skips (verl fails there too)")
+    if algo.adv_estimator == "gdpo" and not algo.gdpo_reward_keys:
+        problems.append("algorithm.adv_estimator=gdpo needs +algorithm.gdpo_reward_keys=[...], the keys of the dict "
+                        "your reward function returns (e.g. [acc,format])")
+    if algo.gdpo_reward_weights is not None and len(algo.gdpo_reward_weights) != len(algo.gdpo_reward_keys or []):
+        problems.append(f"algorithm.gdpo_reward_weights has {len(algo.gdpo_reward_weights)} weights for "
+                        f"{len(algo.gdpo_reward_keys or [])} gdpo_reward_keys: give one per key")
     if actor.clip_ratio_c <= 1:
         problems.append(f"{ACTOR}.clip_ratio_c must be > 1 (got {actor.clip_ratio_c})")
     if actor.kl_loss_coef < 0 or algo.kl_ctrl.kl_coef < 0:
@@ -751,6 +960,35 @@ def validate_config(config: Config) -> None:
                         "`python -m minirl train-rm`)")
     if problems:
         raise ValueError("invalid config:\n  - " + "\n  - ".join(problems))
+
+
+def policy_loss_problems(config: Config) -> list[str]:
+    """What stops `actor.policy_loss` from training as asked (a name minirl lacks, a loss that needs a setting,
+    bypass mode replacing the loss)."""
+    actor = config.actor_rollout_ref.actor
+    policy, key = actor.policy_loss, f"{ACTOR}.policy_loss"
+    if policy.loss_mode == "bypass_mode":
+        return [f"{key}.loss_mode=bypass_mode is set by algorithm.rollout_correction.bypass_mode=true (which also "
+                "makes the rollout's log-probs pi_old): set that instead"]
+    if policy.loss_mode not in POLICY_LOSS_REGISTRY:
+        return [f"{key}.loss_mode={policy.loss_mode!r} is not one of {', '.join(sorted(POLICY_LOSS_REGISTRY))}; to "
+                "add your own, decorate it with @register_policy_loss(name) from minirl.policy_loss in the process "
+                "that calls train()"]
+    problems = []
+    if config.algorithm.rollout_correction.bypass_mode and policy.loss_mode != "vanilla":
+        problems.append(f"algorithm.rollout_correction.bypass_mode=true replaces the policy loss with bypass_mode "
+                        f"(PPO's clip or REINFORCE, rollout_correction.loss_type), so {key}.loss_mode="
+                        f"{policy.loss_mode} would not train (verl 0.9.1 overwrites it silently in apply_bypass_mode):"
+                        " use one or the other")
+    if policy.loss_mode == "dro" and not (policy.dro_beta or 0) > 0:
+        problems.append(f"{key}.loss_mode=dro needs a positive {key}.dro_beta (got {policy.dro_beta}), e.g. 0.1")
+    for name in ("clip_cov_ratio", "kl_cov_ratio"):
+        if getattr(policy, name) <= 0:
+            problems.append(f"{key}.{name} must be > 0 (got {getattr(policy, name)})")
+    if actor.tau_pos <= 0 or actor.tau_neg <= 0:
+        problems.append(f"{ACTOR}.tau_pos and tau_neg must be > 0 (got {actor.tau_pos}, {actor.tau_neg}): SAPO's "
+                        "gate divides by them")
+    return problems
 
 
 def check_split_over_ranks(config: Config, ranks: int) -> None:

@@ -174,6 +174,23 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - torch.sum(probs * logits, dim=-1)
 
 
+def sum_pi_squared_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """sum_v pi(v)^2 of the distribution softmax(logits), per position: the probability that two samples agree.
+
+        sum_v pi_v^2 = exp(logsumexp(2 z) - 2 logsumexp(z))        (computed in log space: no underflow)
+
+    1 for a certain distribution, 1/V for a uniform one. The optimal token baseline (minirl/optimal_baseline.py)
+    uses it in its variance proxy 1 - 2 pi(a_t) + sum_v pi_v^2. Mirrors
+    `verl/utils/torch_functional.py::calculate_sum_pi_squared_from_logits`.
+
+    Args:
+        logits: (..., V).
+    Returns:
+        (...).
+    """
+    return torch.exp(torch.logsumexp(2.0 * logits, dim=-1) - 2.0 * torch.logsumexp(logits, dim=-1))
+
+
 # ----------------------------------------------------------------------------------------------
 # Masks
 # ----------------------------------------------------------------------------------------------

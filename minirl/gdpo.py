@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from minirl import grpo  # the module, not the function: grpo may still be importing (it imports the registry)
 from minirl.advantage import algorithm_setting, register_adv_est
 from minirl.core import check_same_shape, masked_whiten
-from minirl.grpo import compute_grpo_outcome_advantage
 
 
 @register_adv_est("gdpo")
@@ -92,8 +92,8 @@ def compute_gdpo_outcome_advantage(
 
     total = None
     for weight, rewards in zip(weights, dimensions):
-        advantage, _ = compute_grpo_outcome_advantage(rewards, response_mask, index, epsilon=epsilon,
-                                                      norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+        advantage, _ = grpo.compute_grpo_outcome_advantage(rewards, response_mask, index, epsilon=epsilon,
+                                                           norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
         total = weight * advantage if total is None else total + weight * advantage  # sum_k w_k A_k
     advantages = masked_whiten(total, response_mask) * response_mask  # one mean and std over the batch's tokens
     return advantages, advantages

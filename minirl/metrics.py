@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from minirl.core import masked_mean, masked_sum
 from minirl.protocol import DataProto
 
 
@@ -125,6 +126,46 @@ def compute_debug_metrics(batch: DataProto) -> dict[str, float]:
             "training/rollout_probs_diff_mean": diff.mean().item(),
             "training/rollout_probs_diff_std": diff.std().item() if diff.numel() > 1 else 0.0,
             "training/rollout_actor_probs_pearson_corr": float(corr)}
+
+
+def compute_variance_proxy_metrics(batch: DataProto, gradient_norm: float | None = None) -> dict[str, float]:
+    """How noisy this step's policy gradient is, from quantities the step already has (no extra backward pass).
+
+    Mirrors `verl/trainer/ppo/metric_utils.py::compute_variance_proxy_metrics`, logged when the batch has
+    `sum_pi_squared` (actor.calculate_sum_pi_squared=true). Per trajectory i, with pi_t the probability of the
+    sampled token and A_i its mean advantage:
+
+        W_i  = sum_t m_t (1 - 2 pi_t + sum_v pi_v^2)         the squared norm of the logit gradient of log pi, summed
+        proxy2_total_power   = mean_i A_i^2 max(W_i, 0)       E||g_i||^2, signal plus noise
+        proxy1_signal_strength = grad_norm^2                  ||mean gradient||^2, from the actor update
+        proxy3_pure_noise    = max(0, (proxy2 - proxy1) / (N - 1))   the variance of the batch-mean gradient
+
+    With rollout-correction weights w (B, L), W is weighted by w^2 and proxy2 uses the recovered W times
+    (mean_t w)^2, as verl does. Also logs expected_a_squared = mean_i A_i^2 and expected_w = mean_i W_i.
+    """
+    if not {"sum_pi_squared", "old_log_probs", "advantages"} <= set(batch.batch.keys()):
+        return {}
+    mask = batch["response_mask"]
+    w_per_token = 1 - 2 * torch.exp(batch["old_log_probs"]) + batch["sum_pi_squared"]
+    weights = batch["rollout_is_weights"] if "rollout_is_weights" in batch.batch.keys() else None
+    if weights is not None:
+        w_per_token = w_per_token * weights.detach() ** 2
+    advantages = masked_mean(batch["advantages"], mask, axis=-1)                       # A_i
+    w_values = masked_sum(w_per_token, mask, axis=-1)                                  # W_i
+    if weights is not None:
+        recovered = masked_sum(w_per_token / torch.clamp(weights.detach() ** 2, min=1e-10), mask, axis=-1)
+        total_power = (masked_mean(weights, mask, axis=-1) ** 2 * advantages ** 2 * recovered.clamp(min=0)).mean()
+    else:
+        total_power = (advantages ** 2 * w_values.clamp(min=0)).mean()
+    signal = gradient_norm ** 2 if gradient_norm is not None else None
+    noise = 0.0
+    if signal is not None and len(advantages) > 1:
+        noise = max(0.0, float((total_power - signal) / (len(advantages) - 1)))
+    return {"variance_proxy/proxy1_signal_strength": signal if signal is not None else 0.0,
+            "variance_proxy/proxy2_total_power": total_power.item(),
+            "variance_proxy/proxy3_pure_noise": noise,
+            "variance_proxy/expected_a_squared": (advantages ** 2).mean().item(),
+            "variance_proxy/expected_w": w_values.mean().item()}
 
 
 # ----------------------------------------------------------------------------------------------

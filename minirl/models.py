@@ -279,12 +279,18 @@ def compute_log_probs(
     Returns:
         (log_probs (B, R), entropy (B, R) or None). Gradients flow if called with grad enabled.
     """
+    logits = response_logits(model, input_ids, attention_mask, position_ids, response_length, temperature)
+    log_probs = logprobs_from_logits(logits, input_ids[:, -response_length:])
+    return log_probs, entropy_from_logits(logits) if calculate_entropy else None
+
+
+def response_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                    response_length: int, temperature: float = 1.0) -> torch.Tensor:
+    """(B, R, V) float32 logits of the distribution each response token was sampled from: the logits at position t
+    predict token t+1, so the response's are those at [-R-1, -1), divided by the rollout temperature."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                    use_cache=False).logits
-    logits = logits[:, -response_length - 1 : -1, :].float() / temperature
-    responses = input_ids[:, -response_length:]
-    log_probs = logprobs_from_logits(logits, responses)
-    return log_probs, entropy_from_logits(logits) if calculate_entropy else None
+    return logits[:, -response_length - 1 : -1, :].float() / temperature
 
 
 def compute_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,

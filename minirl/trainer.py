@@ -53,6 +53,7 @@ from minirl.metrics import (
     compute_debug_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
+    compute_variance_proxy_metrics,
     process_validation_metrics,
     timer,
 )
@@ -327,7 +328,8 @@ class PPOTrainer:
                 old = self.actor.compute_log_prob(batch)
                 metrics["actor/entropy"] = agg_loss(old["entropys"], batch["response_mask"], actor_cfg.loss_agg_mode,
                                                     loss_scale_factor=actor_cfg.loss_scale_factor).item()
-                batch = batch.union(DataProto(batch={"old_log_probs": old["old_log_probs"]}))
+                batch = batch.union(DataProto(batch={key: old[key] for key in ("old_log_probs", "sum_pi_squared")
+                                                     if key in old.batch.keys()}))
                 metrics.update(compute_debug_metrics(batch))
         if self.use_reference:
             with timer("ref", timing):
@@ -359,6 +361,13 @@ class PPOTrainer:
         metrics["training/epoch"] = epoch
         metrics.update(compute_data_metrics(batch, self.use_critic, cfg.data.max_prompt_length,
                                             cfg.data.max_response_length))
+        if algo.adv_estimator == "gdpo":  # verl's per-component reward statistics (np.std: population)
+            for key in algo.gdpo_reward_keys or []:
+                if key in batch.non_tensor_batch:
+                    values = np.asarray(batch[key], dtype=np.float32)
+                    metrics.update({f"gdpo/{key}/{name}": float(fn(values)) for name, fn in
+                                    (("mean", np.mean), ("std", np.std), ("max", np.max), ("min", np.min))})
+        metrics.update(compute_variance_proxy_metrics(batch, metrics.get("actor/grad_norm")))  # with sum_pi_squared
         # minirl's own metrics: each number the reward function returns beside its score (acc; gold_score when a
         # reward model scores; the chain task's format and worked), and groups that carry no GRPO signal
         for key in sorted(set(batch.non_tensor_batch) - set(self.ROW_FIELDS) - {"uid"}):

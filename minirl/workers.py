@@ -31,15 +31,15 @@ import torch
 
 from minirl import models
 from minirl.config import ActorConfig, CriticConfig, RefConfig, RolloutConfig, RolloutCorrectionConfig
-from minirl.core import agg_loss
+from minirl.core import agg_loss, entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
 from minirl.kl import kl_penalty
 from minirl.metrics import mean_of
 from minirl.optim import build_lr_scheduler, build_optimizer
 from minirl.parallel import all_reduce_max, all_reduce_sum, dp_chunk, dp_compute
-from minirl.ppo import compute_policy_loss, compute_value_loss
+from minirl.policy_loss import get_policy_loss_fn, policy_loss_view
+from minirl.ppo import compute_value_loss
 from minirl.protocol import DataProto
 from minirl.rollout import generate_sequences
-from minirl.rollout_correction import compute_policy_loss_bypass_mode
 from minirl.seqlen_balancing import row_micro_batches, token_budget_micro_batches
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
@@ -304,7 +304,8 @@ class Actor(_TrainedModel):
 
     @torch.no_grad()
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """old_log_probs and entropys (B, R) of the sampled responses under the current weights."""
+        """old_log_probs and entropys (B, R) of the sampled responses under the current weights (and sum_pi_squared
+        (B, R), sum_v pi(v)^2 of each token's distribution, with actor.calculate_sum_pi_squared)."""
         return dp_compute(self.compute_log_prob_on_rows, data, self.accelerator)
 
     @torch.no_grad()
@@ -314,8 +315,15 @@ class Actor(_TrainedModel):
         rollout = self.rollout_config
 
         def forward(micro: DataProto) -> DataProto:  # forward-only: the bare model, no DDP communication
-            log_probs, entropy = self._log_probs(micro, calculate_entropy=True, model=self.unwrapped_model)
-            return DataProto(batch={"old_log_probs": log_probs.cpu(), "entropys": entropy.cpu()})
+            inputs = {k: micro[k].to(self.accelerator.device) for k in MODEL_INPUTS}
+            response_length = micro["responses"].shape[1]
+            logits = models.response_logits(self.unwrapped_model, **inputs, response_length=response_length,
+                                            temperature=self.temperature)
+            out = {"old_log_probs": logprobs_from_logits(logits, inputs["input_ids"][:, -response_length:]).cpu(),
+                   "entropys": entropy_from_logits(logits).cpu()}
+            if self.config.calculate_sum_pi_squared:  # for the optimal token baselines (verl: the same pass)
+                out["sum_pi_squared"] = sum_pi_squared_from_logits(logits).cpu()
+            return DataProto(batch=out)
 
         micro = make_micro_batches(chunk, rollout.log_prob_micro_batch_size_per_gpu,
                                    rollout.log_prob_use_dynamic_bsz, rollout.log_prob_max_token_len_per_gpu)
@@ -324,14 +332,19 @@ class Actor(_TrainedModel):
     def update_actor(self, data: DataProto, rows_per_mini_batch: int) -> dict[str, float]:
         """ppo_epochs passes of mini-batch updates over the global batch; returns actor/* metrics.
 
-        Losses are those of the whole mini-batch (pg_loss, entropy_loss, kl_loss); pg_clipfrac, ppo_kl
-        and pg_clipfrac_lower are token-weighted over it. See `_update` for the loop.
+        The policy loss is the one registered as `actor.policy_loss.loss_mode` (minirl/policy_loss.py; vanilla PPO
+        by default), called with verl's arguments. Losses are those of the whole mini-batch (pg_loss, entropy_loss,
+        kl_loss); the loss's own metrics (pg_clipfrac, ppo_kl, pg_clipfrac_lower, ...) are token-weighted over it.
+        See `_update` for the loop.
 
         In rollout correction's bypass mode `old_log_probs` holds the rollout's log-probs and the loss is
-        `compute_policy_loss_bypass_mode`; its `rollout_corr/*` metrics are token-weighted like the fractions.
+        `bypass_mode`; its `rollout_corr/*` metrics are token-weighted like the fractions.
         """
         cfg = self.config
         self.model.train()
+        # verl's apply_bypass_mode switches the loss to bypass_mode (old_log_probs are then the rollout's)
+        policy_loss_fn = get_policy_loss_fn("bypass_mode" if self.correction.bypass_mode
+                                            else cfg.policy_loss.loss_mode)
 
         def micro_step(micro: DataProto, counts: dict):
             info = {"dp_size": self.accelerator.num_processes, **counts, "loss_scale_factor": cfg.loss_scale_factor}
@@ -339,16 +352,11 @@ class Actor(_TrainedModel):
             log_prob, entropy = self._log_probs(micro, calculate_entropy=cfg.entropy_coeff != 0)
             device = log_prob.device
             old_log_prob, advantages = micro["old_log_probs"].to(device), micro["advantages"].to(device)
-            if self.correction.bypass_mode:  # old_log_probs are the rollout's: the loss corrects for it
-                pg_loss, fractions = compute_policy_loss_bypass_mode(
-                    old_log_prob, log_prob, advantages, mask, self.correction, cfg.loss_agg_mode, cfg.clip_ratio_low,
-                    cfg.clip_ratio_high, cfg.clip_ratio_c, global_batch_info=info)
-            else:
-                pg_loss, fractions = compute_policy_loss(
-                    old_log_prob, log_prob, advantages, mask, cfg.loss_agg_mode, cfg.clip_ratio_low,
-                    cfg.clip_ratio_high, cfg.clip_ratio_c, global_batch_info=info,
-                    rollout_is_weights=micro["rollout_is_weights"].to(device) if "rollout_is_weights" in micro
-                    else None)
+            weights = micro["rollout_is_weights"].to(device) if "rollout_is_weights" in micro else None
+            pg_loss, fractions = policy_loss_fn(old_log_prob, log_prob, advantages, mask,
+                                                loss_agg_mode=cfg.loss_agg_mode,
+                                                config=policy_loss_view(cfg, info, self.correction),
+                                                rollout_is_weights=weights)
             loss, losses = pg_loss, {"actor/pg_loss": pg_loss.item()}
             if cfg.entropy_coeff != 0:
                 entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)

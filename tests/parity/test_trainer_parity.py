@@ -167,6 +167,23 @@ def test_minirl_key_list_is_verls(request):
                                             "--write"
 
 
+def test_the_refused_keys_defaults_are_verls():
+    """A key of MINIRL_LACKS is accepted only at verl's default: that default must be verl 0.9.1's (a default that
+    follows another key, `${...}`, is listed as null)."""
+    from minirl.config import MINIRL_LACKS
+
+    root = Path(importlib.util.find_spec("verl").origin).parent
+    tree = yaml.safe_load((root / "trainer" / "config" / "_generated_ppo_trainer.yaml").read_text())
+    for key, (default, _why) in MINIRL_LACKS.items():
+        node = tree
+        for part in key.split("."):
+            node = node[part]
+        if isinstance(node, str) and node.startswith("${"):
+            node = None
+        assert node == default, f"{key}: minirl says verl's default is {default!r}, verl 0.9.1 has {node!r}"
+        COMPARED["config.MINIRL_LACKS defaults"] += 1
+
+
 if __name__ == "__main__":
     import sys
 

@@ -452,3 +452,34 @@ def test_reward_manager_matches_verl_naive_manager():
                      "reward_model": np.array(batch["reward_model"], dtype=object)})
     theirs = VerlNaive(tokenizer, num_examine=0)(data)
     assert_close("NaiveRewardManager token_level_scores", ours, theirs)
+
+
+# ----------------------------------------------------------------------------------------------
+# sum_pi_squared and the variance-proxy metrics (the optimal token baselines' inputs)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sum_pi_squared_and_variance_proxy_metrics(seed, dtype):
+    from verl.trainer.ppo.metric_utils import compute_variance_proxy_metrics
+
+    from minirl import metrics as minirl_metrics
+    from minirl.protocol import DataProto as MiniProto
+
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(6, 5, 11, generator=g, dtype=dtype) * (1 + 5 * seed)  # sharper with the seed
+    assert_close("sum_pi_squared_from_logits", core.sum_pi_squared_from_logits(logits),
+                 VF.calculate_sum_pi_squared_from_logits(logits), dtype)
+    advantages, mask, _ = ragged_batch(seed, dtype, batch=6, length=5)
+    old_log_probs = torch.log_softmax(logits, -1)[..., 0]
+    tensors = {"old_log_probs": old_log_probs, "sum_pi_squared": core.sum_pi_squared_from_logits(logits),
+               "advantages": advantages, "response_mask": mask}
+    for weights in (None, torch.rand(6, 5, generator=g, dtype=dtype) * 2):
+        for grad_norm in (None, 0.3):
+            batch = dict(tensors) if weights is None else {**tensors, "rollout_is_weights": weights}
+            ours = minirl_metrics.compute_variance_proxy_metrics(MiniProto(batch=dict(batch)), grad_norm)
+            theirs = compute_variance_proxy_metrics(DataProto.from_dict(tensors=batch), grad_norm)
+            assert ours.keys() == theirs.keys()
+            for key in ours:
+                assert_close(f"compute_variance_proxy_metrics {key}", ours[key], theirs[key], dtype)
