@@ -364,9 +364,9 @@ for seed, history in main.items():
 #   minirl divide IPO's log-ratios by the answer's length). `spin/spin_trainer.py::RaySPINTrainer` samples two
 #   answers per prompt, picks the chosen one with a reward function (`compute_onlinedpo_pref`), and updates
 #   the actor with that loss against a reference that can be refreshed from the actor. What we checked: that
-#   code, at the pinned commit. We did not run it. It imports `verl.workers.actor` and
-#   `verl.workers.fsdp_workers`, which the 0.9.1 wheel no longer has, and its `spin/REQUIRED_VERL.txt` names
-#   an older verl commit to install.
+#   code, at the pinned commit. We did not run it. It imports verl's old actor package and FSDP-worker module,
+#   which the 0.9.1 wheel no longer has (their successor is `verl/workers/engine_workers.py`), and its
+#   `spin/REQUIRED_VERL.txt` names an older verl commit to install.
 # - Offline DPO, on a fixed set of pairs as in this chapter, is done with TRL (or OpenRLHF); minirl's
 #   `python -m minirl dpo` follows TRL's loss and metric names, checked by the parity tests in
 #   `tests/parity_trl/`.
