@@ -700,7 +700,13 @@ def filter_groups(metric_values, index):
     return torch.tensor(kept, dtype=torch.long), dropped
 '''
 
-WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
+# Every exercise's wrong answer, graded in one run. Chapter 0's hanging answer is graded once, with the classic
+# mistakes (its three 10-second timeouts); here it returns a wrong tensor instead.
+WRONG_CH00_NO_HANG = WRONG_CH00.split("def place_scores_on_last_token")[0] + '''
+def place_scores_on_last_token(scores, response_mask):
+    return response_mask * scores.unsqueeze(-1)                         # the score on every token, not the last
+'''
+WRONG = {"ch00_tensors": WRONG_CH00_NO_HANG, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
          "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch05_dapo": WRONG_CH05,
          "ch06_dpo": WRONG_CH06_NAIVE, "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08,
          "ch09_rollout_corr": WRONG_CH09_NO_MASK, "ch10_hybridflow": WRONG_CH10_INTERLEAVED}
