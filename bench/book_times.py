@@ -48,7 +48,7 @@ def main():
             rows.append((notebook.stem, "full run", execute(notebook, fast=False), BUDGET["full"]))
     if args.suite:
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile", "--target", "solutions",
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "--target", "solutions",
                         "--ignore=tests/parity"], cwd=REPO, check=False, capture_output=True)
         rows.append(("tests", "suite (pytest -n 2)", time.perf_counter() - start, BUDGET["suite"]))
     print("| what | how | seconds | budget | within |\n|---|---|---:|---:|---|")

@@ -63,7 +63,7 @@ def main() -> None:
     for seed in args.warm_seeds:
         cache = cache_for(seed, args.out.resolve())
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rP", "-n", str(args.workers),
-                               "--dist", "loadfile", "-p", "no:cacheprovider", *shlex.split(args.tests)],
+                               "--dist", "loadgroup", "-p", "no:cacheprovider", *shlex.split(args.tests)],
                               env={**os.environ, "MINIRL_CACHE_DIR": str(cache)}, capture_output=True, text=True)
         (args.out / f"pytest_warm{seed}.log").write_text(proc.stdout + proc.stderr)
         for name, value in re.findall(r"^MEASURED (\S+) (.+)$", proc.stdout, re.M):

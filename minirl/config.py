@@ -501,6 +501,12 @@ def legacy_reward_key_error(key: str) -> str:
             f"scores with default_compute_score instead); write {new}=... instead")
 
 
+# Keys that verl 0.9.1 does not read where a script writes them: refused, naming the key verl does read.
+# (verl's examples/sapo_trainer/run_qwen3_8b_fsdp.sh adds +policy_loss.tau_pos/tau_neg; the loss reads actor.tau_*,
+# and verl's PolicyLossConfig has no such field.)
+MISPLACED_KEYS = {f"{ACTOR}.policy_loss.tau_pos": f"{ACTOR}.tau_pos",
+                  f"{ACTOR}.policy_loss.tau_neg": f"{ACTOR}.tau_neg"}
+
 # verl keys that change what is trained (the loss, the data, the model, the schedule) and that minirl lacks: refused
 # unless set to verl 0.9.1's default, where they change nothing (tests/parity checks each default against verl's
 # generated config). A key inside one of these (override_config.attention_dropout=...) is refused whatever its value.
@@ -737,6 +743,9 @@ def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
         key = key.lstrip("+")
         if key.startswith(LEGACY_REWARD_GROUPS):
             raise ValueError(legacy_reward_key_error(key))
+        if key in MISPLACED_KEYS:
+            raise ValueError(f"{key}: verl 0.9.1 does not read this key (its SAPO loss reads {MISPLACED_KEYS[key]}, "
+                             f"core_algos.py::compute_policy_loss_sapo); write {MISPLACED_KEYS[key]}={value}")
         if key in ALIASES:
             parsed.notices.append(f"{key} is deprecated in verl 0.9.1 (or not a verl key): using {ALIASES[key]}")
             key = ALIASES[key]

@@ -168,6 +168,22 @@ def compute_variance_proxy_metrics(batch: DataProto, gradient_norm: float | None
             "variance_proxy/expected_w": w_values.mean().item()}
 
 
+def logp_advantage_covariance(log_probs: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor) -> float:
+    """The covariance of a sampled token's log-probability and its advantage over the batch's valid tokens.
+
+        cov = mean_t (log pi(a_t) - mean log pi) (A_t - mean A)        (means over valid tokens)
+
+    Cui et al. 2025 ("The Entropy Mechanism of RL for Reasoning LMs"): under a policy-gradient step the policy's
+    entropy changes by about -lr * cov (for a softmax policy), so a positive covariance (confident tokens rewarded,
+    unlikely ones penalised) is what drives entropy down. Logged as `minirl/logp_adv_cov`; 0 for an empty batch.
+    """
+    valid = response_mask.bool()
+    logp, adv = log_probs[valid].double(), advantages[valid].double()
+    if logp.numel() == 0:
+        return 0.0
+    return float(((logp - logp.mean()) * (adv - adv.mean())).mean())
+
+
 # ----------------------------------------------------------------------------------------------
 # Validation metrics (verl/trainer/ppo/metric_utils.py::process_validation_metrics)
 # ----------------------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ from minirl.metrics import (
     compute_throughput_metrics,
     compute_timing_metrics,
     compute_variance_proxy_metrics,
+    logp_advantage_covariance,
     process_validation_metrics,
     timer,
 )
@@ -368,6 +369,9 @@ class PPOTrainer:
                     metrics.update({f"gdpo/{key}/{name}": float(fn(values)) for name, fn in
                                     (("mean", np.mean), ("std", np.std), ("max", np.max), ("min", np.min))})
         metrics.update(compute_variance_proxy_metrics(batch, metrics.get("actor/grad_norm")))  # with sum_pi_squared
+        if "old_log_probs" in batch.batch.keys():  # the entropy mechanism (Chapter 11): entropy falls as this is > 0
+            metrics["minirl/logp_adv_cov"] = logp_advantage_covariance(batch["old_log_probs"], batch["advantages"],
+                                                                       batch["response_mask"])
         # minirl's own metrics: each number the reward function returns beside its score (acc; gold_score when a
         # reward model scores; the chain task's format and worked), and groups that carry no GRPO signal
         for key in sorted(set(batch.non_tensor_batch) - set(self.ROW_FIELDS) - {"uid"}):

@@ -1,0 +1,24 @@
+"""Spreading the suite over `make test`'s two workers (pytest-xdist, `--dist loadgroup`).
+
+A test that uses a module-scoped fixture of its own file (a built site, a trained model, graded runs) joins its
+file's group, so the fixture is built once, on one worker; every other test goes to whichever worker is free. With
+`--dist loadfile` a whole file ran on one worker, and the files of long tests (every notebook, every estimator's
+60-step run) kept one worker busy while the other idled.
+"""
+
+import pytest
+
+SHARED_SCOPES = ("module", "package", "session")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        module = getattr(item, "module", None)
+        if info is None or module is None:
+            continue
+        shared = [name for name, definitions in info.name2fixturedefs.items()
+                  if definitions[-1].scope in SHARED_SCOPES
+                  and getattr(definitions[-1].func, "__module__", None) == module.__name__]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
