@@ -60,6 +60,8 @@ ANSWERS = {
                         "rollout_correction.compute_rollout_rejection_mask"],
     "10_hybridflow": ["single_controller.dispatch_dp_compute_data_proto",
                       "single_controller.collect_dp_compute_data_proto"],
+    "11_policy_losses": ["sequence_ratio.compute_policy_loss_gspo", "entropy_cov.clip_cov_selection",
+                         "opo.compute_opo_outcome_advantage"],
     "lab_a_gsm8k": ["data.gsm8k_rows", "rewards.compute_gsm8k_score"],
     "lab_d_grpo_config": ["batch_math.step_arithmetic"],
 }

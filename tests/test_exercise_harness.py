@@ -700,6 +700,134 @@ def filter_groups(metric_values, index):
     return torch.tensor(kept, dtype=torch.long), dropped
 '''
 
+WRONG_CH11_SUM = '''
+import torch
+
+def gspo_token_ratios(log_prob, old_log_prob, response_mask):
+    log_ratio = (log_prob - old_log_prob) * response_mask
+    log_s = log_ratio.sum(-1, keepdim=True).clamp(max=10.0)                # the SUM, not the mean; not detached
+    return torch.exp(log_s).expand_as(log_prob)
+
+def clip_cov_selection(advantages, log_prob, response_mask, already_clipped, clip_cov_ratio, clip_cov_lb,
+                       clip_cov_ub):
+    valid = response_mask > 0
+    m = response_mask.float()
+    with torch.no_grad():
+        mean_a, mean_lp = (advantages * m).sum() / (m.sum() + 1e-8), (log_prob * m).sum() / (m.sum() + 1e-8)
+        cov = (advantages - mean_a) * (log_prob - mean_lp)
+    cov = cov.masked_fill(~valid | already_clipped | (cov <= clip_cov_lb) | (cov >= clip_cov_ub), -torch.inf)
+    k = min(max(int(clip_cov_ratio * valid.sum().item()), 1), int(torch.isfinite(cov).sum()))
+    picked = torch.zeros_like(valid)
+    picked.view(-1)[torch.topk(cov.reshape(-1), k).indices] = True          # the top-k, not a random draw
+    return picked
+
+def opo_advantages(token_level_rewards, response_mask, index):
+    scores = token_level_rewards.sum(-1)
+    advantages = scores.clone()
+    for label in set(index):
+        rows = torch.tensor([other == label for other in index])
+        if rows.sum() > 1:
+            advantages[rows] = scores[rows] - scores[rows].mean()          # the plain mean, not length-weighted
+    return advantages.unsqueeze(-1) * response_mask
+'''
+
+WRONG_CH11_UNMASKED = '''
+import torch
+
+def gspo_token_ratios(log_prob, old_log_prob, response_mask):
+    L = response_mask.shape[-1]
+    log_seq = ((log_prob - old_log_prob) * response_mask).sum(-1) / L      # divided by L, not by the length
+    log_s = log_seq.detach().unsqueeze(-1) + log_prob - log_prob.detach()
+    return torch.exp(torch.clamp(log_s, max=10.0))
+
+def clip_cov_selection(advantages, log_prob, response_mask, already_clipped, clip_cov_ratio, clip_cov_lb,
+                       clip_cov_ub):
+    valid = response_mask > 0
+    with torch.no_grad():
+        cov = (advantages - advantages.mean()) * (log_prob - log_prob.mean())   # means over every position
+    candidates = torch.nonzero((cov > clip_cov_lb) & (cov < clip_cov_ub) & valid & ~already_clipped)
+    picked = torch.zeros_like(valid)
+    if len(candidates) > 0:
+        k = max(int(clip_cov_ratio * valid.sum().item()), 1)
+        chosen = candidates[torch.randperm(len(candidates))[:k]]
+        picked[chosen[:, 0], chosen[:, 1]] = True
+    return picked
+
+def opo_advantages(token_level_rewards, response_mask, index):
+    scores = token_level_rewards.sum(-1)
+    lengths = response_mask.sum(-1).to(scores.dtype)
+    advantages = scores.clone()
+    for label in set(index):
+        rows = torch.tensor([other == label for other in index])
+        baseline = (lengths[rows] * scores[rows]).sum() / lengths[rows].sum()   # for groups of one too
+        advantages[rows] = scores[rows] - baseline
+    return advantages.unsqueeze(-1) * response_mask
+'''
+
+WRONG_CH11_NO_STOP_GRADIENT = '''
+import torch
+
+def gspo_token_ratios(log_prob, old_log_prob, response_mask):
+    lengths = response_mask.sum(-1).clamp(min=1)
+    log_seq = ((log_prob - old_log_prob) * response_mask).sum(-1) / lengths
+    s = torch.exp(torch.clamp(log_seq, max=10.0))                          # no stop-gradient trick
+    return s.unsqueeze(-1).expand_as(log_prob)
+
+def clip_cov_selection(advantages, log_prob, response_mask, already_clipped, clip_cov_ratio, clip_cov_lb,
+                       clip_cov_ub):
+    valid = response_mask > 0
+    m = response_mask.float()
+    with torch.no_grad():
+        cov = (advantages - (advantages * m).sum() / m.sum()) * (log_prob - (log_prob * m).sum() / m.sum())
+    candidates = torch.nonzero((cov > clip_cov_lb) & (cov < clip_cov_ub) & valid)   # already_clipped ignored
+    picked = torch.zeros_like(valid)
+    if len(candidates) > 0:
+        k = max(int(clip_cov_ratio * response_mask.numel()), 1)                # B * L, not the valid tokens
+        chosen = candidates[torch.randperm(len(candidates))[:k]]
+        picked[chosen[:, 0], chosen[:, 1]] = True
+    return picked
+
+def opo_advantages(token_level_rewards, response_mask, index):
+    scores = token_level_rewards.sum(-1)
+    lengths = response_mask.sum(-1).to(scores.dtype)
+    advantages = scores.clone()
+    for label in set(index):
+        rows = torch.tensor([other == label for other in index])
+        if rows.sum() > 1:
+            r, n = scores[rows], lengths[rows]
+            advantages[rows] = (r - (n * r).sum() / n.sum()) / (r.std() + 1e-6)    # divided by the std
+    return advantages.unsqueeze(-1) * response_mask
+'''
+
+CLASSIC_MISTAKES["ch11_policy_losses"] = [
+    (WRONG_CH11_SUM, {"test_gspo_toy": "You used exp(sum of log-ratios)",
+                      "test_gspo_gradient_is_the_sequence_ratio": "The gradient at token t includes the whole answer's",
+                      "test_clip_cov_toy": "passed",
+                      "test_clip_cov_draws_at_random": "You took the top-k covariances",
+                      "test_clip_cov_edge_cases": "passed",
+                      "test_opo_toy": "You used the plain group mean",
+                      "test_opo_singletons_and_empty_answers": "You used the plain group mean",
+                      "test_opo_equal_lengths_is_grpo_without_std": "passed"}),
+    (WRONG_CH11_UNMASKED, {"test_gspo_toy": "The means must be over valid tokens only (masked_mean)",
+                           "test_gspo_gradient_is_the_sequence_ratio": "The gradient has the right form",
+                           "test_gspo_clamps_log_s_at_10": "passed",
+                           "test_clip_cov_toy": "The means must be over valid tokens only (masked_mean)",
+                           "test_clip_cov_draws_at_random": "passed",
+                           "test_clip_cov_budget_counts_valid_tokens": "passed",
+                           "test_opo_toy": "A group of one got advantage 0",
+                           "test_opo_singletons_and_empty_answers": "must keep its score",
+                           "test_opo_equal_lengths_is_grpo_without_std": "passed"}),
+    (WRONG_CH11_NO_STOP_GRADIENT, {"test_gspo_toy": "passed",
+                                   "test_gspo_padding_and_empty_rows": "passed",
+                                   "test_gspo_gradient_is_the_sequence_ratio": "includes the whole answer's",
+                                   "test_gspo_clamps_log_s_at_10": "includes the whole answer's",
+                                   "test_clip_cov_toy": "You selected among tokens PPO already clipped",
+                                   "test_clip_cov_budget_counts_valid_tokens": "Your k counts all B * L",
+                                   "test_opo_toy": "You divided by the group's std",
+                                   "test_opo_equal_lengths_is_grpo_without_std": "You divided by the group's std"}),
+]
+
+
 # Every exercise's wrong answer, graded in one run. Chapter 0's hanging answer is graded once, with the classic
 # mistakes (its three 10-second timeouts); here it returns a wrong tensor instead.
 WRONG_CH00_NO_HANG = WRONG_CH00.split("def place_scores_on_last_token")[0] + '''
@@ -709,7 +837,8 @@ def place_scores_on_last_token(scores, response_mask):
 WRONG = {"ch00_tensors": WRONG_CH00_NO_HANG, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
          "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch05_dapo": WRONG_CH05,
          "ch06_dpo": WRONG_CH06_NAIVE, "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08,
-         "ch09_rollout_corr": WRONG_CH09_NO_MASK, "ch10_hybridflow": WRONG_CH10_INTERLEAVED}
+         "ch09_rollout_corr": WRONG_CH09_NO_MASK, "ch10_hybridflow": WRONG_CH10_INTERLEAVED,
+         "ch11_policy_losses": WRONG_CH11_SUM}
 # A lab keeps its wrong answer next to its graded tests: tests/exercises/wrong/<exercise file>.py
 WRONG.update({path.stem: path.read_text() for path in sorted((REPO / "tests" / "exercises" / "wrong").glob("*.py"))})
 
@@ -731,7 +860,7 @@ def test_make_grade_passes_one_exercise_to_pytest():
     makefile = (REPO / "Makefile").read_text()
     assert "$(if $(EX),--exercise $(EX))" in makefile
     for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "05_dapo", "06_dpo", "07_baselines",
-                    "08_r1", "09_rollout_corr", "10_hybridflow", "lab_a_gsm8k", "lab_b_rewards",
+                    "08_r1", "09_rollout_corr", "10_hybridflow", "11_policy_losses", "lab_a_gsm8k", "lab_b_rewards",
                     "lab_c_metrics", "lab_d_grpo_config"):  # same command
         assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
 
