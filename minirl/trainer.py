@@ -102,6 +102,10 @@ class PPOTrainer:
                   file=sys.stderr)
         self.show_progress = cfg.trainer.progress_bar if show_progress is None else show_progress
         self.seed = 0 if cfg.data.seed is None else cfg.data.seed
+        # Everything random is seeded from data.seed by its own generator (data order, each row's sampling, the
+        # critic head). torch's global generator, which an import seeds at random, is seeded too: Clip-Cov draws
+        # its tokens from it (verl's torch.randperm), and a run must repeat. (A resumed run restarts that draw.)
+        torch.manual_seed(self.seed + self.accelerator.process_index)
         self._check_world_size()
 
         # Models and data. "tiny" means the cached SFT warm start and its dataset (built once).

@@ -286,3 +286,40 @@ def test_chapter9_bypass_mode_recovers_a_run_that_stale_weights_degrade(tmp_path
     # the direction holds on every one, the size does not, so the direction is asserted (the chapter has 3 seeds)
     assert degraded[-1][VAL] < on_policy[-1][VAL], (degraded[-1][VAL], on_policy[-1][VAL])
     assert recovered[-1][VAL] > degraded[-1][VAL], (recovered[-1][VAL], degraded[-1][VAL])
+
+
+def test_chapter11_one_ratio_per_answer_is_steadier_the_longer_the_answer():
+    """Chapter 11, section 1: after one step's four updates, a token's log-ratio is clipped all over the batch, the
+    log of the true sequence ratio spreads more for long answers, GSPO's length-normalised one less, and the
+    paper's tiny GSPO range holds almost no answer at our learning rate (chapter: 0.062 of tokens but 0.629 of
+    answers clipped; sums 0.52 -> 0.82, means 0.066 -> 0.019; 0.984 outside)."""
+    from minirl.book.variance import log_probs_after_updates, sample_responses
+    from minirl.grpo import compute_grpo_outcome_advantage
+    from minirl.sft import CHAIN_SFT
+
+    path = default_warm_start(CHAIN_SFT, show_progress=False)
+    tokenizer, policy = models.load_tokenizer(path), models.load_policy(path)
+    rows = load_rl_rows(str(path / "data" / "train.parquet"), tokenizer, 64)[:32]
+    R = CHAIN_SFT.response_length
+    batch = sample_responses(policy, tokenizer, rows, 8, R, seed=11)
+    mask = batch["response_mask"].float()
+    advantages, _ = compute_grpo_outcome_advantage(batch["token_level_scores"], mask, batch["index"].tolist())
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")}
+    with torch.no_grad():
+        old, _ = models.compute_log_probs(policy, **inputs, response_length=R)
+    log_ratio = (log_probs_after_updates(path, inputs, R, old, advantages, mask) - old) * mask
+    lengths = mask.sum(-1)
+    short, long = lengths <= 12, lengths >= 31
+    assert short.sum() >= 8 and long.sum() >= 8, (short.sum(), long.sum())
+    seq_sum, seq_mean = log_ratio.sum(-1), log_ratio.sum(-1) / lengths
+    assert seq_sum[long].std() > seq_sum[short].std(), (seq_sum[long].std(), seq_sum[short].std())
+    assert seq_mean[long].std() < 0.7 * seq_mean[short].std(), (seq_mean[long].std(), seq_mean[short].std())
+    ratio = log_ratio.exp()
+    clipped_tokens = ((ratio > 1.2) | (ratio < 0.8)) & mask.bool()
+    token_share, answer_share = clipped_tokens.sum() / mask.sum(), clipped_tokens.any(-1).float().mean()
+    assert answer_share > 3 * token_share, (answer_share, token_share)
+    outside = ((seq_mean.exp() > 1 + 4e-4) | (seq_mean.exp() < 1 - 3e-4)).float().mean()
+    assert outside > 0.8, outside
+    print(f"MEASURED ch11 short/long std sum {seq_sum[short].std():.3f}/{seq_sum[long].std():.3f} mean "
+          f"{seq_mean[short].std():.4f}/{seq_mean[long].std():.4f} clipped tokens {token_share:.3f} answers "
+          f"{answer_share:.3f} outside GSPO range {outside:.3f}")

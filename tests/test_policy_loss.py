@@ -152,3 +152,41 @@ def test_a_view_of_the_actor_config_carries_the_batch_counts_and_the_correction(
     view = policy_loss_view(cfg, {"dp_size": 2}, correction)
     assert view.global_batch_info == {"dp_size": 2} and view.policy_loss.rollout_correction is correction
     assert view.clip_ratio_c == cfg.clip_ratio_c and view.policy_loss.loss_mode == "vanilla"
+
+
+def test_a_run_trains_with_the_loss_its_config_names(tmp_path):
+    """`policy_loss.loss_mode=gspo` is applied, not accepted without effect: a 2-step run logs GSPO's metrics (whole
+    answers clipped at the paper's range, no dual clip), and SAPO's run logs no clipping at all."""
+    from minirl.trainer import train
+
+    common = ["trainer.total_training_steps=2", "trainer.test_freq=-1", "trainer.val_before_train=false",
+              "trainer.logger=[]", "trainer.resume_mode=disable", "data.train_batch_size=8",
+              "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
+    gspo = train([f"trainer.default_local_dir={tmp_path / 'gspo'}", *common,
+                  "actor_rollout_ref.actor.policy_loss.loss_mode=gspo", "actor_rollout_ref.actor.clip_ratio_low=3e-4",
+                  "actor_rollout_ref.actor.clip_ratio_high=4e-4"], show_progress=False)
+    sapo = train([f"trainer.default_local_dir={tmp_path / 'sapo'}", *common,
+                  "actor_rollout_ref.actor.policy_loss.loss_mode=sapo"], show_progress=False)
+    assert gspo[-1]["actor/pg_clipfrac"] > 0.1 and gspo[-1]["actor/pg_clipfrac_lower"] == 0.0, gspo[-1]
+    assert sapo[-1]["actor/pg_clipfrac"] == 0.0 and sapo[-1]["actor/pg_clipfrac_lower"] == 0.0
+    assert gspo[-1]["actor/pg_loss"] != sapo[-1]["actor/pg_loss"]
+
+
+def test_a_clip_cov_run_repeats(tmp_path):
+    """Clip-Cov draws its tokens from torch's global generator (as verl); the trainer seeds it from data.seed, so
+    the same line trains the same run (an import seeds that generator at random)."""
+    from minirl.trainer import train
+
+    def run(name):
+        return train([f"trainer.default_local_dir={tmp_path / name}", "trainer.total_training_steps=1",
+                      "trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.logger=[]",
+                      "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                      "actor_rollout_ref.actor.policy_loss.loss_mode=clip_cov",
+                      "actor_rollout_ref.actor.policy_loss.clip_cov_ratio=0.05",
+                      "actor_rollout_ref.actor.policy_loss.clip_cov_lb=0.01"], show_progress=False)[-1]
+
+    torch.manual_seed(123)
+    first = run("a")
+    torch.seed()  # a different global state before the second run
+    second = run("b")
+    assert first["actor/pg_clipfrac"] > 0 and first["actor/pg_loss"] == second["actor/pg_loss"]

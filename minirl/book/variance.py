@@ -11,6 +11,7 @@ the training code.
     policy_gradient_draws   Chapter 7: one policy-gradient vector per draw of a batch, per estimator
     gradient_noise          relative variance and cosine of those vectors
     score_norms             how hard each response pulls on the weights (the optimal baseline's weights)
+    log_probs_after_updates Chapter 11: a step's updates, then the log-probs of the same responses
 """
 
 from __future__ import annotations
@@ -260,3 +261,35 @@ def gradient_noise(draws: torch.Tensor, reference: torch.Tensor) -> dict[str, fl
     of_mean = torch.nn.functional.cosine_similarity(mean, reference, dim=0)
     return {"scale": scale.item(), "relative_variance": (variance / (scale**2 * ref_norm2)).item(),
             "cosine": cosine.item(), "cosine_of_mean": of_mean.item()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Chapter 11: token, sequence and GSPO log-ratios after one step's updates
+# ----------------------------------------------------------------------------------------------
+
+
+def log_probs_after_updates(policy_dir, inputs: dict, response_length: int, old_log_prob: torch.Tensor,
+                            advantages: torch.Tensor, response_mask: torch.Tensor, lr: float = 2e-4,
+                            mini_batches: int = 4, loss_mode: str = "vanilla") -> torch.Tensor:
+    """The log-probs (B, L) of a batch's responses after one step's updates of a fresh copy of `policy_dir`.
+
+    One AdamW step (lr `lr`) per mini-batch, `mini_batches` of them in row order, with the registered policy loss
+    `loss_mode` at verl's default settings against `old_log_prob` (the sampler's): what the actor does with
+    ppo_epochs=1. `inputs` holds input_ids, attention_mask, position_ids (B, P+L); the other tensors are (B, L).
+    Chapter 11 compares these with `old_log_prob`: the token, sequence and GSPO ratios of one step.
+    """
+    from minirl.config import ActorConfig
+    from minirl.policy_loss import get_policy_loss_fn, policy_loss_view
+
+    trained = models.load_policy(policy_dir)
+    optimizer = torch.optim.AdamW(trained.parameters(), lr=lr)
+    loss_fn, config = get_policy_loss_fn(loss_mode), policy_loss_view(ActorConfig(), {})
+    for rows in torch.arange(len(response_mask)).chunk(mini_batches):
+        log_prob, _ = models.compute_log_probs(trained, **{k: v[rows] for k, v in inputs.items()},
+                                               response_length=response_length)
+        loss, _ = loss_fn(old_log_prob[rows], log_prob, advantages[rows], response_mask[rows], config=config)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        return models.compute_log_probs(trained, **inputs, response_length=response_length)[0]
