@@ -28,6 +28,7 @@
 # each, two at a time). With `MINIRL_FAST=1` everything shrinks.
 
 # %%
+import collections
 import functools
 from pathlib import Path
 
@@ -45,7 +46,9 @@ from minirl.book.notebook import (
     show_source,
     where_this_ran,
 )
+from minirl.book.variance import gradient_noise, log_probs_after_updates, policy_gradient_draws
 from minirl.config import load_config
+from minirl.entropy_cov import clip_cov_selection, kl_cov_selection
 from minirl.metrics import logp_advantage_covariance
 from minirl.policy_loss import POLICY_LOSS_REGISTRY, get_policy_loss_fn, policy_loss_view
 from minirl.rollout import generate_sequences
@@ -106,19 +109,8 @@ advantages, _ = grpo.compute_grpo_outcome_advantage(core.place_scores_on_last_to
 with torch.no_grad():
     old_log_prob, _ = models.compute_log_probs(policy, **inputs, response_length=R)
 
-trained = models.load_policy(WARM)
-optimizer = torch.optim.AdamW(trained.parameters(), lr=2e-4)
-vanilla = get_policy_loss_fn("vanilla")
-for rows_of_step in torch.arange(len(mask)).chunk(4):  # four mini-batches, as ppo_mini_batch_size = batch / 4
-    mini = {k: v[rows_of_step] for k, v in inputs.items()}
-    log_prob, _ = models.compute_log_probs(trained, **mini, response_length=R)
-    loss, _ = vanilla(old_log_prob[rows_of_step], log_prob, advantages[rows_of_step], mask[rows_of_step],
-                      config=actor_config())
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-with torch.no_grad():
-    new_log_prob, _ = models.compute_log_probs(trained, **inputs, response_length=R)
+# four AdamW steps of the vanilla loss, one per mini-batch (ppo_mini_batch_size = batch / 4), on a fresh copy
+new_log_prob = log_probs_after_updates(WARM, inputs, R, old_log_prob, advantages, mask, lr=2e-4, mini_batches=4)
 
 log_ratio = (new_log_prob - old_log_prob) * mask
 token_lr = log_ratio[mask.bool()]
@@ -170,7 +162,8 @@ print(f"tokens outside PPO's [0.8, 1.2]: {token_clipped:.3f}; answers with at le
 old_p = 0.3
 ratios = torch.linspace(0.5, 2.0, 61, dtype=torch.float64)
 LOSSES = {"vanilla (PPO)": ("vanilla", ()), "cispo": ("cispo", ("clip_ratio_low=10",)),
-          "sapo": ("sapo", ()), "dppo_tv": ("dppo_tv", ()), "gspo (1-token answer)": ("gspo", ())}
+          "sapo": ("sapo", ()), "dppo_tv": ("dppo_tv", ()), "dppo_kl": ("dppo_kl", ()),
+          "geo_mean (1-token answer)": ("geo_mean", ()), "gspo (1-token answer)": ("gspo", ())}
 
 
 def gradient_weight(name, overrides, advantage):
@@ -219,6 +212,11 @@ for advantage in (1.0, -1.0):
 # - **DPPO-TV** measures the move in probability: with $\pi_{\text{old}} = 0.3$ the trust region
 #   $\lvert\pi_\theta - \pi_{\text{old}}\rvert \le 0.2$ ends at $r = 1.67$ (and $r = 0.33$), far wider than PPO's
 #   for this token, narrower for a token at 0.9. The weight inside is $\min(r, c)$ applied to $\log\pi$.
+#   **DPPO-KL** bounds the binary KL between the old and new probability of the token instead; for this token
+#   its region also holds the whole plotted range ($w(1.5) = 1.50$ for both signs).
+# - **GMPO** (`geo_mean`) clips the geometric mean of an answer's ratios, in log space. For a one-token answer
+#   that is one ratio, and its weight is PPO's ($w(1.5) = 0$ for $A > 0$, $w(0.7) = 0$ for $A < 0$); like
+#   GSPO, it differs only across the tokens of longer answers.
 # - **GSPO** on a one-token answer is PPO with GSPO's tiny range: for one token the sequence ratio is the token
 #   ratio. The difference appears only across the tokens of longer answers (section 1).
 #
@@ -275,7 +273,7 @@ for key in (VAL, "actor/entropy", "actor/pg_clipfrac", "critic/score/mean"):
 #   a property of the learning rate and the model, not a constant to copy.
 # - **CISPO ends above PPO, beyond the seed spread**: 0.556 (seeds 0.553-0.559) against 0.522. One task, 8
 #   steps, 3 seeds: a hint in CISPO's favour, not a ranking.
-# - **SAPO, Clip-Cov and KL-Cov are within noise of PPO** in accuracy (0.535, 0.489, 0.493; KL-Cov's seeds spread
+# - **SAPO, Clip-Cov and KL-Cov are within noise of PPO** in accuracy (0.535, 0.502, 0.493; KL-Cov's seeds spread
 #   from 0.338 to 0.572).
 # - **The clip fractions mean different things.** GSPO's counts the tokens of clipped answers; CISPO's counts
 #   tokens whose weight was capped (their gradient is kept, 0.003); SAPO logs 0 (it has no clip); Clip-Cov's
@@ -298,6 +296,18 @@ with torch.no_grad():
 print(f"token covariances: max {cov.max():.3f}, 99th percentile {cov.quantile(0.99):.3f}, "
       f"share above 1: {(cov > 1).float().mean():.4f}, share above 0.05: {(cov > 0.05).float().mean():.4f}; "
       f"batch covariance {logp_advantage_covariance(old_log_prob, advantages, mask):.4f}")
+# the tokens each loss would single out on this batch, with the runs' share 0.02 (on-policy: nothing PPO-clipped)
+torch.manual_seed(0)  # Clip-Cov draws its tokens with torch.randperm on the global generator, as verl
+clip_pick = clip_cov_selection(advantages, old_log_prob, mask, torch.zeros_like(mask, dtype=torch.bool),
+                               clip_cov_ratio=0.02, clip_cov_lb=1.0, clip_cov_ub=5.0)
+kl_pick = kl_cov_selection(advantages, old_log_prob, mask, kl_cov_ratio=0.02)
+for name, picked in (("every token", mask.bool()), ("Clip-Cov's picks", clip_pick), ("KL-Cov's picks", kl_pick)):
+    chosen_p, chosen_a = old_log_prob[picked].exp(), advantages[picked]
+    characters = collections.Counter(tokenizer.convert_ids_to_tokens(out["responses"][picked].tolist()))
+    print(f"{name:17s} {int(picked.sum()):5d} tokens: mean pi_old {chosen_p.mean():.3f}, "
+          f"mean A {chosen_a.mean():+.3f}, share with A > 0 {(chosen_a > 0).float().mean():.3f}; "
+          f"most common: {characters.most_common(4)}")
+print(f"picked by both: {int((clip_pick & kl_pick).sum())} tokens")
 ENTROPY_RUNS = {k: runs[k] for k in ("vanilla", "clip_cov", "kl_cov")}
 plot_comparison(ENTROPY_RUNS, [("minirl/logp_adv_cov", "cov(log pi, A) of the batch", "step"),
                                ("actor/entropy", "entropy (per token)", "step"),
@@ -311,11 +321,20 @@ print(compare_table(ENTROPY_RUNS, "minirl/logp_adv_cov"))
 # them; at verl's 0.0002 it would detach one token per batch of this size (it was tuned for batches of millions of
 # tokens).
 #
-# And it shows: **Clip-Cov keeps the entropy higher**, 0.075 (seeds 0.072-0.079) against PPO's 0.061 (seeds
-# 0.058-0.067), beyond the seed spread (section 3's entropy table), while its accuracy, 0.489 (seeds
-# 0.456-0.512), stays within noise of PPO's. KL-Cov's entropy (0.060) does not differ from PPO's in 8 steps. The
-# batch covariance at the last step (the table just above) is within noise for all three: what Clip-Cov changes
-# is which tokens get to lower the entropy, not the batch-wide average.
+# **Which tokens they pick.** Both pick 76 tokens here, and mostly the same ones (68 in common): unlikely tokens
+# (mean $\pi_{\text{old}}$ 0.134 for Clip-Cov, 0.118 for KL-Cov, against 0.917 over all tokens) in answers that
+# failed (every pick has $A < 0$; mean $A = -0.797$), mostly digits. A covariance is large when both factors are
+# far below their means: a rare token in a wrong answer. The plain gradient pushes such a token further down,
+# which makes the already likely tokens likelier: that is the entropy falling. Clip-Cov stops that push for the
+# picked tokens; KL-Cov lets it happen, but pays $\text{coef}\cdot\lvert\log r\rvert$ for moving them. The two
+# differ in how they pick (a random draw inside the window, or the top share), not, on this batch, in what.
+#
+# And it shows: **Clip-Cov keeps the entropy higher**, 0.073 (seeds 0.070-0.076) against PPO's 0.061 (seeds
+# 0.058-0.067), beyond the seed spread (section 3's entropy table), while its accuracy, 0.502 (seeds
+# 0.450-0.528), stays within noise of PPO's. KL-Cov's entropy (0.060) does not differ from PPO's in 8 steps. The
+# batch covariance at the last step (the table just above) is within noise of PPO's for both (Clip-Cov's is a
+# little above KL-Cov's): what Clip-Cov changes is which tokens get to lower the entropy, not the batch-wide
+# average.
 #
 # ## 5. New estimators, on the same batch
 #
@@ -377,6 +396,21 @@ for name, adv in (("grpo without std", centred), ("optimal_token_baseline", otb)
     proxy = ((adv ** 2) * w_scores).sum(-1).mean()  # E[sum_t A_t^2 W_t]: the gradient's second moment, proxied
     print(f"{name:24s} variance proxy E[sum_t A_t^2 W_t] = {proxy:.4f}")
 
+# the gradient variance itself, measured as in Chapter 7: fresh batches of 8 questions x 4 answers, each
+# estimator's policy gradient on the same answers, against a reference (RLOO's mean over other draws); 3 sets
+DRAWS = 4 if fast_mode() else 16
+COMPARED = ["grpo", "rloo", "optimal_token_baseline"]
+measure = functools.partial(policy_gradient_draws, policy, tokenizer, rows[:8], n=4, response_length=R)
+reference = measure(draws=2 * DRAWS, estimators=["rloo"], seed=100)["rloo"].mean(0)
+relative_variance = {name: [] for name in COMPARED}
+for draw_set in range(3):
+    draws = measure(draws=DRAWS, estimators=COMPARED, seed=draw_set)
+    for name in COMPARED:
+        relative_variance[name].append(gradient_noise(draws[name], reference)["relative_variance"])
+for name, values in relative_variance.items():
+    print(f"{name:24s} relative variance {sum(values) / 3:.2f} (sets of {DRAWS} draws: "
+          f"{min(values):.2f}-{max(values):.2f})")
+
 # %% [markdown]
 # - **GDPO** normalises each reward dimension within its group before weighting them. The test: reward the worked
 #   style with weight 0.1 beside correctness, and measure how much more advantage a worked answer gets than a
@@ -391,8 +425,34 @@ for name, adv in (("grpo without std", centred), ("optimal_token_baseline", otb)
 #   baseline moves toward the long answers' rewards, by up to 0.347 here.
 # - **The optimal token baseline** (OTB) chooses, per token position, the baseline that minimises verl's
 #   variance proxy; it needs `actor_rollout_ref.actor.calculate_sum_pi_squared=true`. On this batch the proxy falls
-#   from 0.2120 (group mean, no std) to 0.1819. The proxy is verl's, not a measured gradient variance (Chapter 7
-#   measures those by resampling).
+#   from 0.2120 (group mean, no std) to 0.1819. The proxy is verl's estimate; measured as in Chapter 7 (the last
+#   lines above: three sets of 16 fresh draws, relative variance against RLOO's mean gradient over 32 other
+#   draws), OTB's 2.62 (sets 1.77-3.45) is within noise of GRPO's 3.04 (2.48-3.51) and RLOO's 3.09 (2.51-3.56).
+#   Lower on average, as the proxy says, but not by more than the draws blur on this task.
+#
+# Does pass@k training do what it promises when trained? Three more runs, `algorithm.adv_estimator=grpo_passk`,
+# everything else as section 3's vanilla runs; validation reports `mean@8` (one answer right) and `best@8/mean`
+# (one of 8 right, verl's bootstrap) beside `best@2/mean`:
+
+# %%
+runs["grpo_passk"] = run_grid(RUNS, {"grpo_passk": ["algorithm.adv_estimator=grpo_passk"]}, *BASE)["grpo_passk"]
+PASSK = {k: runs[k] for k in ("vanilla", "grpo_passk")}
+for key in (VAL, "val-core/minirl/chain_sum/acc/best@8/mean", "val-aux/minirl/chain_sum/acc/best@2/mean",
+            "actor/entropy"):
+    print(compare_table(PASSK, key), "\n")
+
+# %% [markdown]
+# What pass@k training did in 8 steps (3 seeds each):
+#
+# - **It kept the entropy high**: 0.166 (seeds 0.149-0.180) against GRPO's 0.061. Only a group's best answer
+#   is pushed, and only when the rest fail, so far fewer tokens are sharpened.
+# - **It did not raise pass@8 above GRPO's**: `best@8` 0.822 (seeds 0.768-0.900) against 0.868 (0.849-0.893),
+#   within noise. What it gave up is beyond the spread: `mean@8` 0.330 (0.287-0.372) against 0.522, and `best@2`
+#   0.508 against 0.680.
+#
+# The paper's claim (pass@k training keeps exploring and wins at large k) is about long runs where GRPO's
+# entropy collapses. In 8 steps the entropy difference is there; the pass@8 payoff is not, and GRPO's pass@8
+# of 0.868 leaves little room. We state what we saw.
 #
 # ## 6. Which one when
 #
@@ -401,10 +461,11 @@ for name, adv in (("grpo without std", centred), ("optimal_token_baseline", otb)
 # | `gspo` | stable training of long answers and mixture-of-experts models (Qwen3); sequence-level clipping | its sequence ratio spreads least for long answers (section 1); with the paper's range at our learning rate it barely learns, with a range sized to the ratios it matches PPO (section 3) |
 # | `cispo` | keeps the gradient of rare "reflection" tokens that PPO clips; faster long-CoT RL (MiniMax-M1) | the weight never drops to 0 (section 2); the only loss above PPO beyond the seed spread here (section 3) |
 # | `sapo` | smooth, asymmetric gating stabilises RL (Qwen) | no cliff, but with the default temperatures little damping inside $[0.5, 2]$ (section 2); within noise of PPO (section 3) |
-# | `geo_mean` (GMPO) | a geometric mean is robust to outlier token ratios | not trained here; clip on $\log r$ with $\varepsilon = 0.4$ in verl's example |
-# | `dppo_tv`, `dppo_kl` | a trust region in probability treats rare and common tokens fairly | section 2: for $\pi_{\text{old}} = 0.3$ the region is far wider than PPO's clip |
+# | `geo_mean` (GMPO) | a geometric mean is robust to outlier token ratios | on a one-token answer PPO's weight (section 2); not trained here; clip on $\log r$ with $\varepsilon = 0.4$ in verl's example |
+# | `dppo_tv`, `dppo_kl` | a trust region in probability treats rare and common tokens fairly | section 2: for $\pi_{\text{old}} = 0.3$ both regions are far wider than PPO's clip; not trained here |
 # | `clip_cov`, `kl_cov` | prevent entropy collapse, better exploration | Clip-Cov keeps the entropy higher beyond the seed spread, accuracy within noise; KL-Cov within noise on both (sections 3 and 4) |
 # | `gpg`, `dro` | drop the ratio altogether (REINFORCE), with or without a quadratic trust region | not trained here |
+# | `grpo_passk` (an estimator) | optimising pass@k keeps exploring and wins at large k | entropy kept high beyond the spread; pass@8 within noise of GRPO's, mean@8 lower (section 5) |
 #
 # The losses are one line to switch in verl and here, and their settings (GSPO's range above all) do not transfer
 # between learning rates and models. Pick by the problem: long answers with noisy ratios (GSPO), clipped rare tokens (CISPO, DAPO's

@@ -101,6 +101,18 @@ def test_chapter7_a_baseline_pays_off_only_when_rewards_have_an_offset(warm):
     assert noise["0/1", "test_reinforce_no_baseline"] < 2 * noise["0/1", "rloo"], noise
 
 
+def test_chapter11_gradient_draws_give_the_optimal_token_baselines_what_they_need(warm):
+    """Chapter 11 measures the optimal token baseline's gradient variance with Chapter 7's draws: they must pass
+    old_log_probs and sum_pi_squared (compute_advantage refuses the estimator without them)."""
+    _, tokenizer, policy, rows = warm
+    names = ["rloo", "optimal_token_baseline", "tir_optimal_token_baseline"]
+    draws = policy_gradient_draws(policy, tokenizer, rows[:4], n=4, draws=2, estimators=names, seed=0)
+    assert all(draws[name].shape == draws["rloo"].shape and torch.isfinite(draws[name]).all() for name in names)
+    assert not torch.allclose(draws["rloo"], draws["optimal_token_baseline"]), "a per-position baseline is not RLOO's"
+    # single-turn answers: TIR's own-token count is the answer's length, so both baselines agree
+    assert torch.allclose(draws["optimal_token_baseline"], draws["tir_optimal_token_baseline"], atol=1e-6)
+
+
 # ----------------------------------------------------------------------------------------------
 # Chapters 3 and 6: the preference task (a reward model, PPO against it with and without the leash, DPO)
 # ----------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import torch
 from minirl import models
 from minirl.advantage import compute_advantage
 from minirl.config import AlgorithmConfig
-from minirl.core import get_response_mask
+from minirl.core import get_response_mask, sum_pi_squared_from_logits
 from minirl.data import compute_position_ids, encode_prompts
 from minirl.gae import compute_gae_advantage_return
 from minirl.ppo import compute_policy_loss
@@ -179,8 +179,10 @@ def policy_gradient_draws(policy, tokenizer, rows: Sequence[dict], n: int, draws
 
     Every estimator sees the same responses in a draw (equal samples); ReMax also gets the greedy
     response's score per prompt (`reward_baselines`, one extra rollout per prompt, computed once since
-    the policy does not change). Advantages come from `minirl.advantage.compute_advantage` (so any
-    registered name works), the gradient from the trainer's policy loss at ratio 1 (on-policy):
+    the policy does not change), and the optimal token baselines get `old_log_probs` and `sum_pi_squared`
+    (one extra forward pass per draw, only when one of them is asked for). Advantages come from
+    `minirl.advantage.compute_advantage` (so any registered name works), the gradient from the trainer's
+    policy loss at ratio 1 (on-policy):
 
         g = -d/dtheta agg_loss(-A_t * log pi(a_t | s_t))       the direction an update would move
 
@@ -206,9 +208,14 @@ def policy_gradient_draws(policy, tokenizer, rows: Sequence[dict], n: int, draws
         mask = batch["response_mask"]
         log_prob, _ = models.compute_log_probs(policy, batch["input_ids"], batch["attention_mask"],
                                                batch["position_ids"], response_length, temperature)
-        data = DataProto(batch={"token_level_rewards": batch["token_level_scores"], "response_mask": mask,
-                                "reward_baselines": baselines},
-                         non_tensor_batch={"uid": [str(i) for i in batch["index"].tolist()]})
+        tensors = {"token_level_rewards": batch["token_level_scores"], "response_mask": mask,
+                   "reward_baselines": baselines, "old_log_probs": log_prob.detach()}
+        if any("optimal_token_baseline" in name for name in estimators):  # they need sum_v pi(v)^2 per token
+            with torch.no_grad():
+                tensors["sum_pi_squared"] = sum_pi_squared_from_logits(models.response_logits(
+                    policy, batch["input_ids"], batch["attention_mask"], batch["position_ids"], response_length,
+                    temperature))
+        data = DataProto(batch=tensors, non_tensor_batch={"uid": [str(i) for i in batch["index"].tolist()]})
         for name in estimators:
             advantages = compute_advantage(data, name, config.gamma, config.lam, config.norm_adv_by_std_in_grpo,
                                            config=config)["advantages"]
