@@ -482,6 +482,7 @@ for key in (VAL, "val-core/minirl/chain_sum/acc/best@8/mean", "val-aux/minirl/ch
 # | SAPO, CISPO, DPPO | `compute_policy_loss_sapo`, `_cispo`, `_dppo_tv`, `_dppo_kl` | `minirl/soft_clip.py` |
 # | Clip-Cov, KL-Cov | `compute_policy_loss_clip_cov`, `_kl_cov` | `minirl/entropy_cov.py` |
 # | config | `actor.policy_loss.{loss_mode, clip_cov_ratio, clip_cov_lb, clip_cov_ub, kl_cov_ratio, ppo_kl_coef, dro_beta}`, `actor.{tau_pos, tau_neg}` | the same keys |
+# | GDPO's line | `algorithm.adv_estimator=gdpo`, `+algorithm.gdpo_reward_keys=[...]`, `reward.reward_manager.name=gdpo` (naive, plus the experiment name in `extra_info`) | the same keys; `minirl/rewards.py::GDPORewardManager` |
 #
 # Two verl details a reader trips on: SAPO aggregates with `seq-mean-token-mean` whatever `loss_agg_mode` says
 # (minirl does the same, and prints a notice); and verl's SAPO example writes

@@ -407,7 +407,9 @@ class RewardManagerConfig:
     name: str = "naive"
     """naive: the score as the reward function returns it. dapo: plus DAPO's overlong penalty
     (reward.reward_kwargs.overlong_buffer_cfg), verl's `experimental/reward_loop/reward_manager/dapo.py`.
-    The legacy reward_model.reward_manager is refused (verl 0.9.1's main_ppo ignores it)."""
+    gdpo: naive, with trainer.experiment_name added to each row's extra_info (verl's GDPO example sets it;
+    the GDPO maths is algorithm.adv_estimator=gdpo). The legacy reward_model.reward_manager is refused (verl
+    0.9.1's main_ppo ignores it)."""
 
 
 @dataclass
@@ -766,7 +768,7 @@ def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
     return parsed
 
 
-REWARD_MANAGERS = ("naive", "dapo")  # verl registers more (prime, batch, ...); minirl has these two
+REWARD_MANAGERS = ("naive", "dapo", "gdpo")  # verl 0.9.1's reward loop also has rate_limited and remote
 
 SUPPORTED_LOGGERS = ("console", "tensorboard", "wandb")
 # verl 0.9.1's verl/utils/tracking.py::Tracking.supported_backend
@@ -961,9 +963,9 @@ def validate_config(config: Config) -> None:
             problems.append(f"reward.reward_kwargs.overlong_buffer_cfg.len must be in (0, max_resp_len="
                             f"{kwargs.max_resp_len}] (got {overlong.len}); to switch the penalty off set "
                             "overlong_buffer_cfg.enable=false")
-    if manager.name == "dapo" and config.reward.reward_model.enable and not config.reward.custom_reward_function.path:
-        problems.append("reward.reward_manager.name=dapo shapes rule scores, but reward.reward_model.enable=true "
-                        "scores with the reward model alone: disable one of them")
+    if manager.name != "naive" and config.reward.reward_model.enable and not config.reward.custom_reward_function.path:
+        problems.append(f"reward.reward_manager.name={manager.name} wraps rule scores, but reward.reward_model."
+                        "enable=true scores with the reward model alone: disable one of them")
     if config.reward.reward_model.enable and not config.reward.reward_model.model_path:
         problems.append("reward.reward_model.enable=true needs reward.reward_model.model_path (a directory saved by "
                         "`python -m minirl train-rm`)")

@@ -345,3 +345,24 @@ class NaiveRewardManager:
             scores.append(score)
         token_level_scores = place_scores_on_last_token(torch.tensor(scores, dtype=torch.float32), response_mask)
         return token_level_scores, dict(extra)
+
+
+class GDPORewardManager(NaiveRewardManager):
+    """verl 0.9.1's `gdpo` reward manager: the naive manager, whose reward function also finds the run's
+    `trainer.experiment_name` in each row's `extra_info` (a missing extra_info becomes {"experiment_name": ...}).
+
+    GDPO itself happens in the advantage (`minirl/gdpo.py`): it reads the dimensions named by
+    `algorithm.gdpo_reward_keys` from the dict the reward function returns, which any manager passes on.
+    Mirrors `verl/experimental/reward_loop/reward_manager/gdpo.py::GDPORewardManager.run_single`.
+    """
+
+    def __init__(self, tokenizer, compute_score: Callable | None = None, experiment_name: str = "",
+                 reward_fn_key: str = "data_source"):
+        super().__init__(tokenizer, compute_score, reward_fn_key)
+        self.experiment_name = experiment_name
+
+    def __call__(self, batch: dict) -> tuple[torch.Tensor, dict[str, list]]:
+        """Score a batch as `NaiveRewardManager.__call__`, with `experiment_name` added to every extra_info."""
+        infos = batch.get("extra_info") or [None] * len(batch["responses"])
+        infos = [{**(info or {}), "experiment_name": self.experiment_name} for info in infos]
+        return super().__call__({**batch, "extra_info": infos})

@@ -61,7 +61,7 @@ from minirl.metrics import (
 from minirl.parallel import apply_thread_policy, check_launch, dp_compute
 from minirl.protocol import DataProto
 from minirl.reward_model import RewardModelScorer
-from minirl.rewards import NaiveRewardManager, load_custom_reward_function
+from minirl.rewards import GDPORewardManager, NaiveRewardManager, load_custom_reward_function
 from minirl.rollout_correction import compute_rollout_correction_and_rejection_mask
 from minirl.run_dir import CHECKPOINT_PREFIX, LATEST_FILE, RunDirectoryBusy, RunLock, set_aside
 from minirl.seqlen_balancing import balance_order
@@ -129,6 +129,8 @@ class PPOTrainer:
             overlong = kwargs.overlong_buffer_cfg
             self.reward_fn = DAPORewardManager(self.tokenizer, compute_score, overlong.len if overlong.enable else None,
                                                kwargs.max_resp_len, overlong.penalty_factor, overlong.log)
+        elif cfg.reward.reward_manager.name == "gdpo":  # naive, plus the experiment name in extra_info
+            self.reward_fn = GDPORewardManager(self.tokenizer, compute_score, cfg.trainer.experiment_name)
         else:
             self.reward_fn = NaiveRewardManager(self.tokenizer, compute_score)
         # verl's dataloader yields batches of gen_batch_size (or train_batch_size) prompts and drops the last

@@ -342,3 +342,45 @@ def test_the_grpo_flag_reaches_only_grpo_and_passk():
     assert not torch.equal(grpo_out, normalised)
     passk = compute_advantage(data, "grpo_passk", norm_adv_by_std_in_grpo=True, config=config)["advantages"]
     assert torch.allclose(per_answer(passk, mask), torch.tensor([1.0, 0, 0, 0, 0, 0]))  # read from the config
+
+
+def test_the_gdpo_reward_manager_adds_the_experiment_name_to_extra_info():
+    """verl's `gdpo` manager is the naive one plus trainer.experiment_name in each row's extra_info."""
+    from minirl.rewards import GDPORewardManager
+
+    class Digits:  # a stand-in tokenizer: ids are digits
+        def batch_decode(self, rows, skip_special_tokens=True):
+            return ["".join(map(str, row)) for row in rows]
+
+    seen = []
+
+    def score(data_source, solution_str, ground_truth, extra_info):
+        seen.append(extra_info)
+        return {"score": float(solution_str == ground_truth), "format": 1.0}
+
+    manager = GDPORewardManager(Digits(), score, experiment_name="run_a")
+    scores, extra = manager({"responses": torch.tensor([[1, 2], [3, 0]]),
+                             "response_mask": torch.tensor([[1, 1], [1, 0]]),
+                             "reward_model": [{"ground_truth": "12"}, {"ground_truth": "4"}],
+                             "data_source": ["toy", "toy"], "extra_info": [{"index": 7}, None]})
+    assert seen == [{"index": 7, "experiment_name": "run_a"}, {"experiment_name": "run_a"}]
+    assert scores.tolist() == [[0.0, 1.0], [0.0, 0.0]] and extra == {"score": [1.0, 0.0], "format": [1.0, 1.0]}
+
+
+def test_a_gdpo_run_normalises_two_reward_dimensions_of_the_chain_task(tmp_path):
+    """verl's GDPO example line (adv_estimator=gdpo, gdpo_reward_keys, reward_manager.name=gdpo) trains: the chain
+    task's reward returns acc and worked, and each step logs both dimensions' gdpo/* statistics."""
+    from minirl import sft
+    from minirl.trainer import train
+
+    warm = sft.default_warm_start(sft.CHAIN_SFT, show_progress=False)
+    history = train([*sft.train_overrides(warm, sft.CHAIN_SFT), f"trainer.default_local_dir={tmp_path / 'run'}",
+                     "trainer.total_training_steps=2", "trainer.test_freq=-1", "trainer.val_before_train=false",
+                     "trainer.logger=[]", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                     "algorithm.adv_estimator=gdpo", "+algorithm.gdpo_reward_keys=[acc,worked]",
+                     "+algorithm.gdpo_reward_weights=[1.0,0.5]", "reward.reward_manager.name=gdpo"],
+                    show_progress=False)
+    assert len(history) == 2
+    for key in ("acc", "worked"):
+        assert {f"gdpo/{key}/{stat}" for stat in ("mean", "std", "max", "min")} <= set(history[-1]), sorted(history[-1])
+    assert history[-1]["actor/pg_loss"] != 0.0
