@@ -299,6 +299,7 @@ show_ranges(ref, "val-")
 # | `minirl/<key>/mean` | any other key a dict-returning reward function returns (Lab B) | |
 # | `minirl/response_length/correct_mean`, `wrong_mean` | mean length of right and wrong responses | which answers grow (Chapter 8) |
 # | `minirl/zero_spread_group_frac` | fraction of prompt groups whose responses all scored the same: their GRPO advantages are 0 | too easy or too hard prompts; a reward that cannot tell responses apart; low entropy |
+# | `minirl/logp_adv_cov` | the batch covariance of the sampled tokens' log-probability and their advantage (`minirl/metrics.py::logp_advantage_covariance`) | positive: the update sharpens the policy, so `actor/entropy` falls next (Chapter 11's entropy mechanism) |
 # | `minirl/num_gen_batches`, `minirl/num_dropped_groups` | DAPO's dynamic sampling: generation rounds for one batch, groups dropped (Chapter 5) | `algorithm.filter_groups.enable` |
 
 # %%

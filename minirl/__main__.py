@@ -73,7 +73,10 @@ def _run(argv: list[str] | None) -> int:
         from minirl.config import load_config, to_yaml
 
         try:
-            print(to_yaml(load_config(rest)), end="")
+            config = load_config(rest)
+            trainer = ("the v1 trainer, sync mode (minirl/v1/trainer.py; verl's trainer/ppo/v1/)"
+                       if config.trainer.use_v1 else "the legacy trainer (minirl/trainer.py; verl's RayPPOTrainer.fit)")
+            print(f"# this line trains with {trainer}\n{to_yaml(config)}", end="")
         except ValueError as error:
             _say_error(error)
             return 2

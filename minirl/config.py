@@ -311,7 +311,10 @@ class FilterGroupsConfig:
     """Per-response value compared within a group: "reward" (the verifier's score, before any KL), "seq_final_reward"
     (after the KL in the reward), or a key the reward function returns ("acc", "score", ...)."""
     max_num_gen_batches: int = 0
-    """Give up (error) after this many generation rounds; <= 0 = never (verl's default)."""
+    """Legacy trainer: give up (error) after this many generation rounds; <= 0 = never (verl's default)."""
+    max_inflight_gen_batches: int = 1
+    """v1 trainer: DAPO's prompts in flight at most, in train batches (each evicted group dispatches two new
+    prompts, up to this cap)."""
 
 
 @dataclass
@@ -377,6 +380,9 @@ class TrainerConfig:
     use_ray: bool = False
     """minirl only (verl always uses Ray): run the actor, rollout, reference and critic as Ray worker groups of
     n_gpus_per_node * nnodes processes each, driven by this process (Chapter 10; needs `pip install ray`)."""
+    use_v1: bool = False
+    """verl 0.9.1's v1 trainer (minirl/v1/: agent-loop sessions feed a replay buffer; sync mode). verl's default
+    is true; minirl's is the legacy loop, which every chapter up to 11 measured (minirl/README.md)."""
 
 
 @dataclass
@@ -538,8 +544,8 @@ MINIRL_LACKS: dict[str, tuple[Any, str]] = {
     "critic.loss_scale_factor": (None, "the critic's own seq-mean-token-sum-norm constant"),
     "algorithm.use_pf_ppo": (False, "preference-feedback PPO's reweighted resampling of each batch "
                                     "(core_algos.py::compute_pf_ppo_reweight_data)"),
-    "algorithm.filter_groups.max_inflight_gen_batches": (1, _V1),
-    "trainer.v1.trainer_mode": ("sync", _V1),
+    "trainer.v1.trainer_mode": ("sync", "the v1 trainer's asynchronous modes, colocate_async and separate_async "
+                                        "(planned: Chapter 12)"),
     "trainer.v1.colocate_async.num_warmup_batches": (1, _V1),
     "trainer.v1.separate_async.num_warmup_batches": (1, _V1),
     "trainer.v1.separate_async.parameter_sync_step": (4, _V1),
@@ -620,7 +626,6 @@ NO_EFFECT_REASONS = [
     ("*.ppo_micro_batch_size", "deprecated global micro-batch size: use ppo_micro_batch_size_per_gpu"),
     ("*.log_prob_micro_batch_size", "deprecated global micro-batch size: use log_prob_micro_batch_size_per_gpu"),
     ("*.forward_micro_batch_size", "deprecated global micro-batch size: use forward_micro_batch_size_per_gpu"),
-    ("trainer.use_v1", "minirl mirrors the legacy RayPPOTrainer.fit() path (use_v1=false); see minirl/README.md"),
     ("trainer.device", "accelerate picks the device"),
     ("trainer.logger", "minirl writes console, tensorboard and wandb; other loggers are skipped"),
     ("ray_kwargs.*", "minirl reads only ray_kwargs.ray_init.num_cpus (with trainer.use_ray)"),
@@ -637,6 +642,7 @@ NO_EFFECT_REASONS = [
     ("*.model.mtp.*", "multi-token prediction settings: used only with mtp.enable (refused)"),
     ("*.qat.*", "quantization-aware training settings: used only with qat.enable (refused)"),
     ("distillation.*", "distillation settings: used only with distillation.enabled (refused)"),
+    ("trainer.v1.sync", "sync mode's settings: verl 0.9.1 declares none"),
     ("trainer.v1.*", "v1 trainer settings: used only in a v1 mode minirl refuses"),
     ("algorithm.pf_ppo.*", "used only with algorithm.use_pf_ppo (refused)"),
     ("reward.reward_model.*", "the reward model's serving engine: minirl runs the reward model in the trainer process"),
@@ -864,6 +870,19 @@ def validate_config(config: Config) -> None:
         is_list = isinstance(files, list) and files and all(isinstance(f, str) for f in files)
         if not (isinstance(files, str) or is_list):
             problems.append(f"{name} must be a file path or a non-empty list of paths (got {files!r})")
+    if trainer.use_v1 and algo.adv_estimator == "remax":
+        problems.append("algorithm.adv_estimator=remax needs a greedy answer per prompt (reward_baselines), which only "
+                        "verl 0.9.1's legacy trainer requests: set trainer.use_v1=false for ReMax")
+    if trainer.use_v1 and algo.filter_groups.enable and algo.filter_groups.max_num_gen_batches > 0:
+        problems.append("algorithm.filter_groups.max_num_gen_batches is read only by the legacy trainer (verl 0.9.1's "
+                        "v1 trainer warns and ignores it): drop it, and bound DAPO with max_inflight_gen_batches")
+    if not trainer.use_v1 and algo.filter_groups.max_inflight_gen_batches != 1:
+        problems.append("algorithm.filter_groups.max_inflight_gen_batches is read only by the v1 trainer: set "
+                        "trainer.use_v1=true, or bound the legacy trainer's DAPO with max_num_gen_batches")
+    if algo.filter_groups.max_inflight_gen_batches < 1:
+        problems.append("algorithm.filter_groups.max_inflight_gen_batches must be >= 1 (got "
+                        f"{algo.filter_groups.max_inflight_gen_batches}): it caps DAPO's prompts in flight, in "
+                        "train batches")
     if algo.adv_estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and rollout.n < 2:
         problems.append(f"{algo.adv_estimator} compares the responses to one prompt, so it needs "
                         f"actor_rollout_ref.rollout.n >= 2 (got {rollout.n})")

@@ -27,7 +27,8 @@ def compute_rloo_outcome_advantage(
 
         A_i = R_i - mean_{j in g, j != i} R_j  =  (R_i - mean_g) * n / (n - 1)
 
-    The baseline for sample i is the mean reward of the *other* samples of its prompt, so it does
+    Read the other way (Chapter 7's direction): the mean baseline's advantage R_i - mean_g is (n - 1) / n
+    times RLOO's. The baseline for sample i is the mean reward of the *other* samples of its prompt, so it does
     not depend on sample i itself and the gradient estimate stays unbiased. A group of one has no
     other sample: its advantage is its raw score R_i (as in verl's `rloo`; verl's
     `rloo_vectorized` gives 0 there instead).

@@ -1,10 +1,10 @@
 """The single controller: verl's `RayPPOTrainer.fit()` in one readable file.
 
-minirl mirrors verl 0.9.1's legacy trainer, `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit`
-(`trainer.use_v1=false`; 0.9.1 marks it deprecated). Its default v1 trainer
-(`verl/trainer/ppo/v1/trainer_base.py`) keeps the same stage order but runs rollouts as per-uid
-agent-loop sessions feeding a replay buffer (which also hosts DAPO's group filter and off-policy
-modes) instead of `batch.repeat(n, interleave=True)`. One training step, in verl's order and names:
+This file mirrors verl 0.9.1's legacy trainer, `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit`
+(`trainer.use_v1=false`, minirl's default; 0.9.1 marks it deprecated). verl's default v1 trainer
+(`verl/trainer/ppo/v1/trainer_base.py`; here `minirl/v1/trainer.py`, a subclass of this one) keeps the step
+but collects its batch from per-sample agent-loop sessions through a replay buffer (which also hosts DAPO's
+group filter) instead of `batch.repeat(n, interleave=True)`. One training step, in verl's order and names:
 
     uid per prompt -> repeat n (interleaved) -> generate -> (ReMax: greedy baseline) -> reward
     -> (DAPO: keep groups with a reward spread, generate more if needed) -> balance_batch
@@ -84,6 +84,7 @@ class PPOTrainer:
     """Builds the workers from a Config and runs `fit()`; one process or several (see README)."""
 
     ROW_FIELDS = ("data_source", "reward_model", "extra_info", "raw_prompt")  # per-row fields a reward reads
+    SYNC_AFTER_UPDATE = True  # legacy: the weight sync follows the actor update; v1 syncs in on_step_end
 
     def __init__(self, config: Config, show_progress: bool | None = None):
         self.config = cfg = config
@@ -363,8 +364,8 @@ class PPOTrainer:
         if self._actor_turn():
             with timer("update_actor", timing):
                 metrics.update(self.actor.update_actor(batch, actor_cfg.ppo_mini_batch_size * n))
-            with timer("update_weights", timing):  # a no-op when the rollout shares the actor's weights
-                self.rollout.update_weights(actor_updates=self.global_step - max(cfg.trainer.critic_warmup, 1) + 1)
+            if self.SYNC_AFTER_UPDATE:
+                self.update_rollout_weights(timing)
         metrics["training/epoch"] = epoch
         metrics.update(compute_data_metrics(batch, self.use_critic, cfg.data.max_prompt_length,
                                             cfg.data.max_response_length))
@@ -393,6 +394,13 @@ class PPOTrainer:
         _, zero_spread = filter_groups(batch["token_level_scores"].sum(-1), batch["uid"])
         metrics["minirl/zero_spread_group_frac"] = zero_spread / len(set(batch["uid"]))
         return metrics, batch
+
+    def update_rollout_weights(self, timing: dict) -> None:
+        """The weight sync (verl: `checkpoint_manager.update_weights`): a no-op when the rollout shares the
+        actor's weights; an engine with its own copy re-syncs (every sync_interval-th actor update)."""
+        with timer("update_weights", timing):
+            updates = self.global_step - max(self.config.trainer.critic_warmup, 1) + 1
+            self.rollout.update_weights(actor_updates=updates)
 
     def _rollout_correction(self, batch: DataProto, metrics: dict) -> DataProto:
         """Off-policy metrics always; IS weights / rejection mask when configured (before advantages)."""
@@ -549,14 +557,41 @@ class PPOTrainer:
         self.accelerator.wait_for_everyone()
         return resumed
 
+    # ------------------------------------------------------------------------------------------
+    # Hooks: verl's v1 trainer (minirl/v1/trainer.py) acts in them; the legacy loop has none, so here they are
+    # empty. Order: on_init_end, [on_validate_begin/end], on_train_begin, then per step on_step_begin,
+    # (on_sample_begin/end inside the step), checkpoint, on_step_end, [on_validate_begin/end].
+    # ------------------------------------------------------------------------------------------
+
+    def on_init_end(self) -> None:
+        """After set-up and any resume, before the first validation."""
+
+    def on_train_begin(self) -> None:
+        """Before the first training step."""
+
+    def on_step_begin(self) -> None:
+        """At the start of each step."""
+
+    def on_step_end(self, timing: dict) -> None:
+        """After the step's update and checkpoint, before validation."""
+
+    def on_validate_begin(self) -> None:
+        """Before each validation."""
+
+    def on_validate_end(self) -> None:
+        """After each validation."""
+
     def _fit(self) -> list[dict[str, float]]:
         cfg = self.config.trainer
         resumed = self._start()
         tracking = Tracking(self.run_dir, cfg.logger, self.accelerator, asdict(self.config), cfg.project_name,
                             start_step=self.global_step)
         history = []
+        self.on_init_end()
         if cfg.val_before_train and not resumed:  # a resumed run already logged its step-0 validation
+            self.on_validate_begin()
             val = self.validate()
+            self.on_validate_end()
             tracking.log(val, step=0)
             history.append({"step": 0, **val})
             if cfg.val_only:
@@ -564,18 +599,23 @@ class PPOTrainer:
                 return history
         progress = tqdm(total=self.total_training_steps, initial=self.global_step, desc="Training Progress",
                         disable=not (self.show_progress and self.accelerator.is_main_process))
+        self.on_train_begin()
         while self.global_step < self.total_training_steps:
             self.global_step += 1
             last = self.global_step == self.total_training_steps
             timing, checkpoint = {}, None
             with timer("step", timing):
+                self.on_step_begin()
                 metrics, batch = self.train_step(timing)
                 if cfg.save_freq > 0 and self._actor_turn() and (last or self.global_step % cfg.save_freq == 0):
                     with timer("save_checkpoint", timing):
                         checkpoint = self._write_checkpoint()
+                self.on_step_end(timing)
             if cfg.test_freq > 0 and (last or self.global_step % cfg.test_freq == 0):
                 with timer("testing", timing):
+                    self.on_validate_begin()
                     metrics.update(self.validate())
+                    self.on_validate_end()
             metrics["training/global_step"] = self.global_step
             metrics.update(compute_timing_metrics(batch, timing))
             metrics.update(compute_throughput_metrics(batch, timing, self.world))
@@ -603,5 +643,13 @@ def machine_yaml() -> str:
 
 
 def train(overrides: list[str] | None = None, show_progress: bool | None = None) -> list[dict[str, float]]:
-    """Load the config from verl-style overrides and train. The entry point of `python -m minirl train`."""
-    return PPOTrainer(load_config(overrides), show_progress).fit()
+    """Load the config from verl-style overrides and train. The entry point of `python -m minirl train`.
+
+    `trainer.use_v1=true` trains with verl's v1 trainer (`minirl/v1/trainer.py::PPOTrainerV1`, a subclass of
+    this file's PPOTrainer), as verl's `main_ppo.py` picks its task runner."""
+    config = load_config(overrides)
+    if config.trainer.use_v1:
+        from minirl.v1.trainer import PPOTrainerV1  # deferred: the v1 trainer builds on this module
+
+        return PPOTrainerV1(config, show_progress).fit()
+    return PPOTrainer(config, show_progress).fit()

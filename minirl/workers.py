@@ -222,10 +222,12 @@ def generate_rows(model, tokenizer, chunk: DataProto) -> DataProto:
 
 
 class Rollout:
-    """The rollout engine. By default it samples with the actor's own weights (verl's colocated "hybrid engine").
+    """The rollout engine. By default it samples with the actor's own float32 weights: minirl's shortcut. verl's
+    colocated "hybrid engine" runs vLLM/SGLang on the actor's GPUs, but with its own copy of the weights (bf16 by
+    default, rollout.dtype), re-synced after every update: colocation saves GPUs, not the copy.
 
-    Three engine options make it a separate engine with its own copy of the weights, the way a vLLM
-    server is one (Chapter 9 uses the first two to create a training/rollout mismatch on purpose):
+    Three engine options give this engine its own copy too, the way a vLLM server has one (Chapter 9 uses
+    the first two to create a training/rollout mismatch on purpose):
         dtype="bfloat16" (or float16): the copy is cast, so sampling runs in lower precision;
         sync_interval=k > 1: the copy is refreshed only after every k-th actor update (stale weights);
         separate=True (verl's hybrid_engine=false): a float32 copy, synced after every update.

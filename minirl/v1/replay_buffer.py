@@ -1,0 +1,157 @@
+"""The replay buffer of verl 0.9.1's v1 trainer (sync mode): whole prompt groups in, whole groups out.
+
+The trainer does not generate a batch; it *dispatches* prompts and asks the buffer for `train_batch_size`
+finished groups. A group is one prompt's n sessions (one `uid`); it can be sampled only when all of them are
+done, and the oldest groups (by the step that dispatched them) go first. DAPO's group filter lives here:
+
+    a finished group whose metric has no spread (every answer right, or every answer wrong) is evicted;
+    for each evicted group, sync mode dispatches two new prompts (refill 2k), never more in flight than
+    algorithm.filter_groups.max_inflight_gen_batches * train_batch_size;
+    once enough groups are sampleable, it stops refilling, lets in-flight groups finish (draining), takes the
+    oldest train_batch_size groups and discards the surplus.
+
+(verl 0.9.1: `trainer/ppo/v1/replay_buffer.py::ReplayBuffer.sample`, `_dapo_filtered_keys`; its state lives in
+TransferQueue and is rebuilt at every poll, here it is this object. `max_num_gen_batches` is not read by v1.)
+
+In minirl's sync mode the agent loops run while the trainer waits in `sample`: `generate_fn` takes every
+pending group to the end (sessions, then the reward loop), so a poll finds no group still running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from minirl.v1.agent_loop import AgentLoopOutput
+
+
+@dataclass
+class Trajectory:
+    """One session of a group: its agent-loop output, its score and the reward function's extra values."""
+
+    session_id: int
+    output: AgentLoopOutput
+    score: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PromptGroup:
+    """One prompt and its n sessions. status: pending (dispatched), finished (all sessions done and scored).
+    `seeds` holds one sampling seed per session, fixed at dispatch."""
+
+    uid: str
+    row: dict
+    dispatch_step: int
+    seeds: list[int]
+    status: str = "pending"
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+
+class ReplayBuffer:
+    """verl's sync-mode replay buffer.
+
+    Args:
+        generate_fn: runs the given pending groups' sessions and scores them (marks them finished).
+        refill_fn: dispatches `count` new prompts (calls `add` for each).
+        filter_groups_metric: None (DAPO off), "reward" (the score) or a key the reward function returns.
+        train_batch_size: prompts per step; max_inflight_gen_batches: DAPO's cap on prompts in flight, in
+            train-batch units.
+    """
+
+    def __init__(self, generate_fn: Callable[[list[PromptGroup]], None], refill_fn: Callable[[int], None],
+                 train_batch_size: int, filter_groups_metric: str | None = None, max_inflight_gen_batches: int = 1,
+                 max_prompts_per_sample: int | None = None):
+        if filter_groups_metric is not None and (not isinstance(max_inflight_gen_batches, int)
+                                                 or max_inflight_gen_batches < 1):
+            raise ValueError("algorithm.filter_groups.max_inflight_gen_batches must be a positive integer (got "
+                             f"{max_inflight_gen_batches!r}): it caps DAPO's prompts in flight, in train batches.")
+        self.generate_fn = generate_fn
+        self.refill_fn = refill_fn
+        self.train_batch_size = train_batch_size
+        self.filter_groups_metric = filter_groups_metric
+        self.max_inflight_gen_batches = max_inflight_gen_batches
+        self.max_prompts_per_sample = max_prompts_per_sample
+        self.groups: dict[str, PromptGroup] = {}  # uid -> group, in dispatch order
+
+    def add(self, group: PromptGroup) -> None:
+        """Register a dispatched prompt group (pending until `generate_fn` has run its sessions)."""
+        if group.uid in self.groups:
+            raise ValueError(f"prompt uid {group.uid!r} is already in the replay buffer")
+        self.groups[group.uid] = group
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def _zero_spread(self, group: PromptGroup) -> bool:
+        """DAPO's test: more than one trajectory and no spread in the filter metric (np.std == 0)."""
+        if self.filter_groups_metric == "reward":
+            values = [t.score for t in group.trajectories]
+        else:
+            try:
+                values = [float(t.extra[self.filter_groups_metric]) for t in group.trajectories]
+            except KeyError:
+                raise ValueError(f"algorithm.filter_groups.metric={self.filter_groups_metric!r}: the reward function "
+                                 "returns no such value. Use reward, or a key your compute_score returns in its "
+                                 "dict (e.g. acc).") from None
+        return len(values) > 1 and float(np.std(values)) == 0.0
+
+    def sample(self, global_steps: int, batch_size: int) -> tuple[list[PromptGroup], dict[str, float]]:
+        """Take `batch_size` finished groups, oldest dispatch first, generating (and with DAPO refilling) as
+        needed. The taken groups leave the buffer. Returns (groups, metrics).
+
+        Raises:
+            RuntimeError: DAPO dispatched more prompts than `max_prompts_per_sample` (a whole pass over the
+                training set) without finding enough groups with a spread: the run would wait forever.
+        """
+        metrics: dict[str, float] = {}
+        filtering = self.filter_groups_metric is not None
+        if filtering:
+            metrics["training/filter_groups/evicted_samples"] = 0
+        draining, refill_credit, dispatched = False, 0, 0
+        while True:
+            pending = [g for g in self.groups.values() if g.status == "pending"]
+            if pending:  # the agent loops run while the trainer waits here
+                self.generate_fn(pending)
+                dispatched += len(pending)
+            evicted = [g for g in pending if filtering and self._zero_spread(g)]
+            for group in evicted:
+                del self.groups[group.uid]
+            if filtering:
+                metrics["training/filter_groups/evicted_samples"] += len(evicted)
+            sampleable = [g for g in self.groups.values() if g.status == "finished"]
+            enough = len(sampleable) >= batch_size
+            if filtering:
+                if enough:
+                    draining, refill_credit = True, 0
+                elif not draining:
+                    refill_credit += 2 * len(evicted)  # sync DAPO refills two prompts per evicted group
+                in_flight = sum(g.status == "pending" for g in self.groups.values())
+                dispatch = min(refill_credit, self.max_inflight_gen_batches * self.train_batch_size - in_flight)
+                if not draining and dispatch > 0:
+                    if self.max_prompts_per_sample is not None and dispatched >= self.max_prompts_per_sample:
+                        raise RuntimeError(
+                            f"filter_groups: {dispatched} prompts dispatched this step (a pass over the training "
+                            f"set) and only {len(sampleable)} of {batch_size} groups had a spread in "
+                            f"{self.filter_groups_metric}. Start from a model whose answers vary more, raise "
+                            "rollout.n, or turn algorithm.filter_groups.enable off.")
+                    self.refill_fn(dispatch)
+                    refill_credit -= dispatch
+                    continue
+            if enough:
+                sampleable.sort(key=lambda g: g.dispatch_step)  # stable: dispatch order within a step
+                taken = sampleable[:batch_size]
+                for group in taken:
+                    del self.groups[group.uid]
+                if filtering:  # verl clears the surplus groups in sync DAPO
+                    surplus = sampleable[batch_size:]
+                    for group in surplus:
+                        del self.groups[group.uid]
+                    metrics["training/filter_groups/discarded_surplus_samples"] = len(surplus)
+                return taken, metrics
+            if not any(g.status == "pending" for g in self.groups.values()):
+                raise RuntimeError(f"the replay buffer holds {len(sampleable)} finished groups and nothing in flight, "
+                                   f"but {batch_size} were asked for: dispatch prompts before sampling.")
