@@ -254,8 +254,10 @@ def classify(match: re.Match, regex: re.Pattern) -> tuple[str, str, str] | None:
         # `trainer/ppo/ray_trainer.py`: a path inside the verl package (two folders at least, or a file)
         if first in verl_top_level() and (path.count("/") >= 2 or not path.endswith("/")):
             return "verl", "verl/" + path, symbol
-        # `reward_manager/dapo.py`, `v1/replay_buffer.py`: the tail of a path inside the package
-        if first in verl_folder_names() and path.endswith((".py", ".yaml")) and not (REPO / first).exists():
+        # `reward_manager/dapo.py`, `v1/replay_buffer.py`: the tail of a path inside the package (unless it is
+        # minirl's own file, as `v1/trainer.py` in minirl/README.md's table of minirl/)
+        if (first in verl_folder_names() and path.endswith((".py", ".yaml")) and not (REPO / first).exists()
+                and not (REPO / "minirl" / path).exists()):
             return "tail", path, symbol
         return None
     if regex is FILE_RE:
