@@ -344,6 +344,31 @@ class AlgorithmConfig:
 
 
 @dataclass
+class ColocateAsyncConfig:
+    num_warmup_batches: float = 1
+    """Train batches of prompts dispatched before the first step (1.5 = one and a half), so the rollout runs ahead
+    of the trainer."""
+
+
+@dataclass
+class SamplerConfig:
+    max_off_policy_threshold: int | None = 8
+    """Steps a prompt group may span from dispatch to training (span = step - dispatch step + 1); null = no limit."""
+    max_off_policy_strategy: str = "drop"
+    """drop: evict a finished group past the threshold (and dispatch a new prompt); wait: hold sampling until
+    in-flight groups at the threshold finish, so none is dropped."""
+
+
+@dataclass
+class V1Config:
+    trainer_mode: str = "sync"
+    """sync: generate, then train (on-policy); colocate_async: the rollout runs ahead by num_warmup_batches and
+    unfinished answers resume with the new weights (partial rollout)."""
+    colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+
+
+@dataclass
 class TrainerConfig:
     total_epochs: int = 30
     """Passes over the training prompts (verl's default); the run length when total_training_steps is null."""
@@ -381,8 +406,9 @@ class TrainerConfig:
     """minirl only (verl always uses Ray): run the actor, rollout, reference and critic as Ray worker groups of
     n_gpus_per_node * nnodes processes each, driven by this process (Chapter 10; needs `pip install ray`)."""
     use_v1: bool = False
-    """verl 0.9.1's v1 trainer (minirl/v1/: agent-loop sessions feed a replay buffer; sync mode). verl's default
-    is true; minirl's is the legacy loop, which every chapter up to 11 measured (minirl/README.md)."""
+    """verl 0.9.1's v1 trainer (minirl/v1/: agent-loop sessions feed a replay buffer). verl's default is true;
+    minirl's is the legacy loop, which every chapter up to 11 measured (minirl/README.md)."""
+    v1: V1Config = field(default_factory=V1Config)
 
 
 @dataclass
@@ -520,7 +546,7 @@ MISPLACED_KEYS = {f"{ACTOR}.policy_loss.tau_pos": f"{ACTOR}.tau_pos",
 # generated config). A key inside one of these (override_config.attention_dropout=...) is refused whatever its value.
 # key -> (verl's default, what the key does in verl)
 _LORA = "LoRA adapters (planned: Chapter 14)"
-_V1 = "verl's v1 trainer (agent loops, replay buffer, async modes; planned: Chapter 12)"
+_V1 = "verl's v1 separate_async mode, custom samplers and refilling failed groups (planned: Chapter 12)"
 _TOOLS = "multi-turn rollouts with tools (planned: Chapter 13)"
 MINIRL_LACKS: dict[str, tuple[Any, str]] = {
     **{f"{role}.optim.optimizer": ("AdamW", "optimizers other than torch.optim.AdamW")
@@ -544,14 +570,9 @@ MINIRL_LACKS: dict[str, tuple[Any, str]] = {
     "critic.loss_scale_factor": (None, "the critic's own seq-mean-token-sum-norm constant"),
     "algorithm.use_pf_ppo": (False, "preference-feedback PPO's reweighted resampling of each batch "
                                     "(core_algos.py::compute_pf_ppo_reweight_data)"),
-    "trainer.v1.trainer_mode": ("sync", "the v1 trainer's asynchronous modes, colocate_async and separate_async "
-                                        "(planned: Chapter 12)"),
-    "trainer.v1.colocate_async.num_warmup_batches": (1, _V1),
     "trainer.v1.separate_async.num_warmup_batches": (1, _V1),
     "trainer.v1.separate_async.parameter_sync_step": (4, _V1),
     "trainer.v1.separate_async.hybrid_rollout.enable_switch": (False, _V1),
-    "trainer.v1.sampler.max_off_policy_threshold": (8, _V1),
-    "trainer.v1.sampler.max_off_policy_strategy": ("drop", _V1),
     "trainer.v1.sampler.sync_refill_failed_groups": (False, _V1),
     "trainer.v1.sampler.custom_sampler.path": (None, _V1),
     "trainer.v1.sampler.sampler_kwargs": ({}, _V1),
@@ -870,6 +891,22 @@ def validate_config(config: Config) -> None:
         is_list = isinstance(files, list) and files and all(isinstance(f, str) for f in files)
         if not (isinstance(files, str) or is_list):
             problems.append(f"{name} must be a file path or a non-empty list of paths (got {files!r})")
+    if trainer.v1.trainer_mode == "separate_async":
+        problems.append("trainer.v1.trainer_mode=separate_async (rollout on its own processes) is planned for "
+                        "Chapter 12; minirl runs sync and colocate_async")
+    else:
+        choice("trainer.v1.trainer_mode", trainer.v1.trainer_mode, ("sync", "colocate_async"))
+    choice("trainer.v1.sampler.max_off_policy_strategy", trainer.v1.sampler.max_off_policy_strategy, ("drop", "wait"))
+    threshold = trainer.v1.sampler.max_off_policy_threshold
+    if threshold is not None and threshold < 1:
+        problems.append(f"trainer.v1.sampler.max_off_policy_threshold must be a positive integer or null (got "
+                        f"{threshold})")
+    if trainer.v1.colocate_async.num_warmup_batches < 0:
+        problems.append("trainer.v1.colocate_async.num_warmup_batches must be >= 0 (got "
+                        f"{trainer.v1.colocate_async.num_warmup_batches})")
+    if not trainer.use_v1 and trainer.v1 != V1Config():
+        problems.append("trainer.v1.* is read only by the v1 trainer: set trainer.use_v1=true (verl's legacy trainer "
+                        "ignores these keys)")
     if trainer.use_v1 and algo.adv_estimator == "remax":
         problems.append("algorithm.adv_estimator=remax needs a greedy answer per prompt (reward_baselines), which only "
                         "verl 0.9.1's legacy trainer requests: set trainer.use_v1=false for ReMax")

@@ -22,7 +22,7 @@ from minirl.v1.agent_loop import (
 )
 from minirl.v1.replay_buffer import PromptGroup, ReplayBuffer, Trajectory
 
-PAD = 0
+PAD, EOS = 0, 2
 QUIET = ["trainer.logger=[]", "trainer.resume_mode=disable", "data.train_batch_size=8",
          "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
 
@@ -72,7 +72,7 @@ class TwoTurns(AgentLoopBase):
 
 def test_the_server_answers_waiting_sessions_in_one_batch_per_turn():
     rollout = EchoRollout()
-    server = LLMServer(rollout, PAD, response_length=16)
+    server = LLMServer(rollout, PAD, EOS, response_length=16)
     manager = AgentLoopManager(server, Tokenizer(), max_prompt_length=8)
     sessions = [{"agent_name": "test_two_turns", "prompt_ids": [5] * (1 + i), "session_id": i, "seed": 10 * i}
                 for i in range(4)]
@@ -90,7 +90,7 @@ def test_the_server_answers_waiting_sessions_in_one_batch_per_turn():
 def test_a_session_answer_does_not_depend_on_its_batch():
     """Each request carries its seed: the same session alone or among others gets the same tokens."""
     def answer(sessions):
-        server = LLMServer(EchoRollout(), PAD, response_length=16)
+        server = LLMServer(EchoRollout(), PAD, EOS, response_length=16)
         manager = AgentLoopManager(server, Tokenizer(), max_prompt_length=8)
         return manager.run_sessions(sessions, {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": -1})
 
@@ -100,7 +100,7 @@ def test_a_session_answer_does_not_depend_on_its_batch():
 
 
 def test_an_unknown_agent_loop_and_a_failing_session_are_clear_errors():
-    server = LLMServer(EchoRollout(), PAD, response_length=8)
+    server = LLMServer(EchoRollout(), PAD, EOS, response_length=8)
     manager = AgentLoopManager(server, Tokenizer(), max_prompt_length=8)
     with pytest.raises(ValueError, match="not a registered agent loop"):
         manager.run_sessions([{"agent_name": "tool_agnet", "seed": 0}], {})
@@ -117,6 +117,47 @@ def test_an_unknown_agent_loop_and_a_failing_session_are_clear_errors():
             manager.run_sessions([{"agent_name": "test_failing", "seed": 0}], {})
     finally:
         AGENT_LOOP_REGISTRY.pop("test_failing")
+
+
+class CountRollout:
+    """A stand-in engine that ends every answer (EOS) when prompt plus answer reach 12 tokens, whatever the seed."""
+
+    def generate_sequences(self, batch: DataProto) -> DataProto:
+        rows, length = len(batch), batch.meta_info["response_length"]
+        responses = torch.full((rows, length), PAD)
+        mask = torch.zeros((rows, length), dtype=torch.long)
+        for row, used in enumerate(batch["attention_mask"].sum(-1).tolist()):
+            for t in range(length):
+                responses[row, t] = EOS if used + t + 1 >= 12 else 5
+                mask[row, t] = 1
+                if responses[row, t] == EOS:
+                    break
+        return DataProto(batch={"responses": responses, "response_mask": mask, "rollout_log_probs": -mask.float()})
+
+
+@register_agent_loop("test_one_turn")
+class OneTurn(AgentLoopBase):
+    async def run(self, sampling_params, **kwargs):
+        output = await self.server.generate(kwargs["prompt_ids"], sampling_params, kwargs["seed"])
+        return AgentLoopOutput(kwargs["prompt_ids"], output.token_ids, [1] * len(output.token_ids),
+                               output.log_probs, extra_fields={"min_global_steps": output.min_global_steps,
+                                                               "max_global_steps": output.max_global_steps})
+
+
+def test_a_partial_rollout_resumes_with_the_new_weights():
+    """Stopped after one piece of 3 tokens, the request waits in the server; after a weight sync it resumes from
+    prompt + its tokens, and the answer records both weight versions."""
+    server = LLMServer(CountRollout(), PAD, EOS, response_length=16)
+    manager = AgentLoopManager(server, Tokenizer(), max_prompt_length=8)
+    (task,) = manager.start_sessions([{"agent_name": "test_one_turn", "prompt_ids": [7] * 4, "seed": 1}], {})
+    polls = []
+    manager.drive(until=lambda: polls.append(1) or len(polls) > 1, max_new_tokens=3)  # one piece, then stop
+    assert not task.done() and server.waiting[0].token_ids == [5, 5, 5]
+    server.global_steps = 1  # the weight sync
+    manager.drive(max_new_tokens=3)
+    output = task.result()
+    assert output.response_ids == [5] * 7 + [EOS]  # what one uninterrupted call gives
+    assert (output.extra_fields["min_global_steps"], output.extra_fields["max_global_steps"]) == (0, 1)
 
 
 def test_outputs_become_the_legacy_layout():
@@ -263,8 +304,37 @@ def test_v1_dapo_and_resume(tmp_path):
      "bound DAPO with max_inflight_gen_batches"),
     (["algorithm.filter_groups.max_inflight_gen_batches=2"], "read only by the v1 trainer"),
     (["trainer.use_v1=true", "algorithm.filter_groups.max_inflight_gen_batches=0"], "must be >= 1"),
-    (["trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async"], "asynchronous modes"),
+    (["trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async"], "planned for Chapter 12"),
+    (["trainer.v1.trainer_mode=colocate_async"], "read only by the v1 trainer"),
+    (["trainer.use_v1=true", "trainer.v1.sampler.max_off_policy_strategy=keep"], "not one of drop, wait"),
+    (["trainer.use_v1=true", "trainer.v1.sampler.max_off_policy_threshold=0"], "positive integer or null"),
 ])
 def test_v1_settings_minirl_cannot_honour_are_refused(overrides, message):
     with pytest.raises(ValueError, match=message):
         config_lib.load_config(overrides)
+
+
+def test_colocate_async_trains_on_answers_from_earlier_weights_within_the_limit(tmp_path):
+    """colocate_async on the chain task: warm-up prompts run ahead, so a batch holds answers begun under earlier
+    weights (staleness > 0, partial answers spanning two versions); with max_off_policy_threshold=1 every group
+    dispatched a step earlier is dropped instead, and what is trained is fresh. A run resumes with its buffer."""
+    from minirl import sft
+
+    chain = sft.train_overrides(sft.default_warm_start(sft.CHAIN_SFT, show_progress=False), sft.CHAIN_SFT)
+    common = [*chain, *QUIET, "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async", "trainer.test_freq=-1",
+              "trainer.val_before_train=false", "trainer.total_training_steps=3"]  # answers of 7 to 48 tokens
+    ahead = train([*common, f"trainer.default_local_dir={tmp_path / 'ahead'}", "trainer.save_freq=2"],
+                  show_progress=False)
+    assert ahead[0]["training/off_policy/trajectory_staleness/max"] == 0  # step 1: all from the first weights
+    assert max(r["training/off_policy/trajectory_staleness_worst/max"] for r in ahead) >= 1
+    assert max(r["training/off_policy/trajectory_spans/max"] for r in ahead) >= 2  # a resumed partial answer
+    assert all(r["training/off_policy/trajectory_staleness_worst/max"] <= 8 for r in ahead)
+    assert (tmp_path / "ahead" / "global_step_2" / "replay_buffer.json").exists()
+    resumed = train([*common, f"trainer.default_local_dir={tmp_path / 'ahead'}", "trainer.resume_mode=auto",
+                     "trainer.total_training_steps=4"], show_progress=False)
+    assert [r["step"] for r in resumed] == [4]
+
+    fresh = train([*common, f"trainer.default_local_dir={tmp_path / 'fresh'}",
+                   "trainer.v1.sampler.max_off_policy_threshold=1"], show_progress=False)
+    assert sum(r["training/off_policy/evicted_samples"] for r in fresh) > 0
+    assert all(r["training/off_policy/trajectory_staleness_worst/max"] == 0 for r in fresh)

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from minirl.data import compute_position_ids, prompt_token_ids, truncate_prompt
@@ -60,11 +61,34 @@ class AgentLoopOutput:
 @dataclass
 class TokenOutput:
     """The server's answer to one request: the generated tokens (up to and including EOS), their log-probs, and
-    the weight version (`global_steps` of the last weight sync) that generated them."""
+    the oldest and newest weight versions (`global_steps` of a weight sync) that generated them: a partial
+    rollout, resumed after a sync, spans several."""
 
     token_ids: list[int]
     log_probs: list[float]
-    global_steps: int
+    min_global_steps: int
+    max_global_steps: int
+
+
+@dataclass
+class _Request:
+    """A request in the server: its prompt, settings and seed, and what has been generated so far."""
+
+    prompt_ids: list[int]
+    sampling_params: dict
+    seed: int
+    future: asyncio.Future
+    token_ids: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+
+
+def continuation_seed(seed: int, generated: int) -> int:
+    """The seed of a resumed request's next piece: a fresh stream for each (seed, tokens so far); none resumed
+    keeps the request's own seed."""
+    if generated == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, generated]).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
 AGENT_LOOP_REGISTRY: dict[str, type[AgentLoopBase]] = {}
@@ -81,47 +105,67 @@ def register_agent_loop(name: str) -> Callable[[type], type]:
 
 
 class LLMServer:
-    """An inference server for agent loops: requests wait until `serve_pending` answers them all in one batch.
+    """An inference server for agent loops: requests wait until `serve_pending` advances them all in one batch.
 
     Prompts of a batch are left-padded to the longest, as the legacy trainer's prompt batch is; each row is
     sampled with its request's seed. `global_steps` is the version of the weights the engine holds, set at each
-    weight sync (verl stamps it on every answer: `min_global_steps` / `max_global_steps`).
+    weight sync; every answer carries the versions that generated it (verl: `min_global_steps`,
+    `max_global_steps`).
     """
 
-    def __init__(self, rollout, pad_token_id: int, response_length: int):
+    def __init__(self, rollout, pad_token_id: int, eos_token_id: int, response_length: int):
         self.rollout = rollout
         self.pad_token_id = pad_token_id
+        self.eos_token_id = eos_token_id
         self.response_length = response_length
         self.global_steps = 0
-        self.waiting: list[tuple[list[int], dict, int, asyncio.Future]] = []
+        self.waiting: list[_Request] = []
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict, seed: int) -> TokenOutput:
         """Queue a request and wait for its answer (`sampling_params`: do_sample, temperature, top_p, top_k)."""
-        future = asyncio.get_running_loop().create_future()
-        self.waiting.append((prompt_ids, sampling_params, seed, future))
-        return await future
+        request = _Request(list(prompt_ids), sampling_params, seed, asyncio.get_running_loop().create_future())
+        self.waiting.append(request)
+        return await request.future
 
-    def serve_pending(self) -> None:
-        """Answer every waiting request, one batched generation per distinct sampling setting (in arrival order)."""
+    def serve_pending(self, max_new_tokens: int | None = None) -> None:
+        """Advance every waiting request by up to `max_new_tokens` tokens (None: to its end), one batched generation
+        per distinct sampling setting, in arrival order.
+
+        A request that is not finished (no EOS, budget left) keeps its tokens and stays waiting. The next call
+        resumes it from prompt + tokens so far, with the weights the engine holds then: verl's partial rollout
+        (`workers/rollout/llm_server.py::FullyAsyncLLMServerClient.generate`, which re-sends the prompt and the
+        generated tokens after an abort, with the remaining token budget).
+        """
         waiting, self.waiting = self.waiting, []
-        settings = list(dict.fromkeys(tuple(sorted(params.items())) for _, params, _, _ in waiting))
+        settings = list(dict.fromkeys(tuple(sorted(r.sampling_params.items())) for r in waiting))
+        length = self.response_length if max_new_tokens is None else max_new_tokens
         for setting in settings:
-            requests = [r for r in waiting if tuple(sorted(r[1].items())) == setting]
-            longest = max(len(ids) for ids, _, _, _ in requests)
+            requests = [r for r in waiting if tuple(sorted(r.sampling_params.items())) == setting]
+            prompts = [r.prompt_ids + r.token_ids for r in requests]
+            longest = max(len(ids) for ids in prompts)
             input_ids = torch.full((len(requests), longest), self.pad_token_id, dtype=torch.long)
             attention_mask = torch.zeros((len(requests), longest), dtype=torch.long)
-            for row, (ids, _, _, _) in enumerate(requests):
+            for row, ids in enumerate(prompts):
                 input_ids[row, longest - len(ids):] = torch.tensor(ids)
                 attention_mask[row, longest - len(ids):] = 1
+            seeds = [continuation_seed(r.seed, len(r.token_ids)) for r in requests]
             batch = DataProto(batch={"input_ids": input_ids, "attention_mask": attention_mask,
-                                     "row_seed": torch.tensor([seed for _, _, seed, _ in requests])},
-                              meta_info={"response_length": self.response_length, **dict(setting)})
+                                     "row_seed": torch.tensor(seeds)},
+                              meta_info={"response_length": length, **dict(setting)})
             out = self.rollout.generate_sequences(batch)
             lengths = out["response_mask"].sum(-1).tolist()
-            for row, (_, _, _, future) in enumerate(requests):
-                n = int(lengths[row])
-                future.set_result(TokenOutput(out["responses"][row, :n].tolist(),
-                                              out["rollout_log_probs"][row, :n].tolist(), self.global_steps))
+            for row, request in enumerate(requests):
+                budget = self.response_length - len(request.token_ids)
+                n = min(int(lengths[row]), budget)
+                new = out["responses"][row, :n].tolist()
+                request.token_ids += new
+                request.log_probs += out["rollout_log_probs"][row, :n].tolist()
+                request.versions.append(self.global_steps)
+                if new[-1] == self.eos_token_id or len(request.token_ids) >= self.response_length:
+                    request.future.set_result(TokenOutput(request.token_ids, request.log_probs,
+                                                          min(request.versions), max(request.versions)))
+                else:
+                    self.waiting.append(request)
 
 
 class AgentLoopBase:
@@ -155,12 +199,17 @@ class SingleTurnAgentLoop(AgentLoopBase):
             prompt_ids=prompt_ids, response_ids=output.token_ids, response_mask=[1] * len(output.token_ids),
             response_logprobs=output.log_probs, num_turns=2,
             metrics={"generate_sequences": time.perf_counter() - started},
-            extra_fields={"min_global_steps": output.global_steps, "max_global_steps": output.global_steps,
+            extra_fields={"min_global_steps": output.min_global_steps, "max_global_steps": output.max_global_steps,
                           "turn_scores": [], "tool_rewards": []})
 
 
 class AgentLoopManager:
-    """Runs sessions: one agent loop per sample, all driven together against one `LLMServer`."""
+    """Runs sessions: one agent loop per sample, all driven together against one `LLMServer`.
+
+    The sessions live on an event loop of the manager's own (in a thread of its own, so a notebook's loop does
+    not get in the way). Between two `drive` calls they stay where they were: the asynchronous trainer starts
+    sessions, drives them while it waits for a batch, and leaves the rest in flight while it trains.
+    """
 
     def __init__(self, server: LLMServer, tokenizer, max_prompt_length: int, truncation: str = "error",
                  default_agent_loop: str = "single_turn_agent"):
@@ -172,46 +221,71 @@ class AgentLoopManager:
         self.max_prompt_length = max_prompt_length
         self.truncation = truncation
         self.default_agent_loop = default_agent_loop
+        self.loop = asyncio.new_event_loop()
+        self.thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.live: list[asyncio.Task] = []
 
-    def run_sessions(self, sessions: list[dict], sampling_params: dict) -> list[AgentLoopOutput]:
-        """One `AgentLoopOutput` per session, in order. Each session dict is a row's fields plus `uid`,
-        `session_id` and `seed`; its `agent_name` (or the default loop) picks the agent loop.
-
-        Raises the first session's exception, if one failed.
-        """
+    def start_sessions(self, sessions: list[dict], sampling_params: dict,
+                       on_done: Callable[[dict, AgentLoopOutput], None] | None = None) -> list[asyncio.Task]:
+        """Create one agent-loop task per session (it runs at the next `drive`). Each session dict is a row's
+        fields plus `uid`, `session_id` and `seed`; its `agent_name` (or the default loop) picks the loop.
+        `on_done(session, output)` is called as each session finishes."""
         if not sessions:
-            raise ValueError("run_sessions got no sessions to run.")
+            raise ValueError("start_sessions got no sessions to run.")
         for session in sessions:
             name = session.get("agent_name") or self.default_agent_loop
             if name not in AGENT_LOOP_REGISTRY:
                 raise ValueError(f"a row asks for agent_name={name!r}, which is not a registered agent loop: "
                                  f"{sorted(AGENT_LOOP_REGISTRY)}")
-        return _run_coroutine(self._drive(sessions, sampling_params))
+        tasks = []
+        for session in sessions:
+            loop = AGENT_LOOP_REGISTRY[session.get("agent_name") or self.default_agent_loop](
+                self.server, self.tokenizer, self.max_prompt_length, self.truncation)
+            task = self.loop.create_task(loop.run(dict(sampling_params), **session))
+            if on_done is not None:
+                task.add_done_callback(lambda t, s=session: not t.cancelled() and t.exception() is None
+                                       and on_done(s, t.result()))
+            tasks.append(task)
+        self.live += tasks
+        return tasks
 
-    async def _drive(self, sessions: list[dict], sampling_params: dict) -> list[AgentLoopOutput]:
-        loops = [AGENT_LOOP_REGISTRY[s.get("agent_name") or self.default_agent_loop](
-            self.server, self.tokenizer, self.max_prompt_length, self.truncation) for s in sessions]
-        tasks = [asyncio.ensure_future(loop.run(dict(sampling_params), **s)) for loop, s in zip(loops, sessions)]
+    def drive(self, until: Callable[[], bool] | None = None, max_new_tokens: int | None = None) -> None:
+        """Run the sessions. Whenever every live session waits for the server, stop if `until()` says so, else let
+        the server advance all waiting requests (by `max_new_tokens` tokens each; None: to their end). Returns
+        when `until()` is true or no session is left. Raises the first failed session's exception."""
+        self.thread.submit(self.loop.run_until_complete, self._drive(until, max_new_tokens)).result()
+
+    async def _drive(self, until, max_new_tokens) -> None:
         while True:
             await asyncio.sleep(0)  # every session runs until it waits for the server (or for something else)
-            live = [t for t in tasks if not t.done()]
-            if not live:
-                break
-            if len(self.server.waiting) == len(live):  # all of them wait for the server: answer in one batch
-                self.server.serve_pending()
-            else:  # some session awaits something else (a tool): give it time
-                await asyncio.wait(live, timeout=0.001)
+            for task in self.live:
+                if task.done() and task.exception() is not None:
+                    raise task.exception()
+            self.live = [t for t in self.live if not t.done()]
+            if not self.live or (len(self.server.waiting) == len(self.live) and until is not None and until()):
+                return
+            if len(self.server.waiting) == len(self.live):  # all of them wait for the server: advance them
+                self.server.serve_pending(max_new_tokens)
+            else:  # some session awaits something else (a tool), or until() just started new ones
+                await asyncio.wait(self.live, timeout=0.001)
+
+    def shutdown(self) -> None:
+        """Cancel the sessions still in flight (a run that ends leaves the asynchronous rollout's behind) and close
+        the event loop."""
+        for task in self.live:
+            task.cancel()
+        if self.live:
+            self.thread.submit(self.loop.run_until_complete,
+                               asyncio.gather(*self.live, return_exceptions=True)).result()
+        self.live = []
+        self.thread.submit(self.loop.close).result()
+        self.thread.shutdown()
+
+    def run_sessions(self, sessions: list[dict], sampling_params: dict) -> list[AgentLoopOutput]:
+        """Start `sessions`, run them to their end, return one `AgentLoopOutput` per session, in order."""
+        tasks = self.start_sessions(sessions, sampling_params)
+        self.drive()
         return [t.result() for t in tasks]
-
-
-def _run_coroutine(coroutine):
-    """Run a coroutine to completion, also from inside a running event loop (a Jupyter kernel has one)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 def outputs_to_batch(outputs: list[AgentLoopOutput], response_length: int, pad_token_id: int) -> DataProto:

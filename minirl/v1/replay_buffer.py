@@ -155,3 +155,101 @@ class ReplayBuffer:
             if not any(g.status == "pending" for g in self.groups.values()):
                 raise RuntimeError(f"the replay buffer holds {len(sampleable)} finished groups and nothing in flight, "
                                    f"but {batch_size} were asked for: dispatch prompts before sampling.")
+
+
+class ReplayBufferAsync(ReplayBuffer):
+    """verl's `ReplayBufferAsync` (colocate_async): groups stay in flight across steps, and a batch may be older
+    than the weights it trains.
+
+    `sample` drives the agent loops only until `batch_size` groups are sampleable, then takes the oldest; the
+    groups still in flight are left where they are (verl aborts them at the weight sync and resumes them after,
+    with the new weights: partial rollouts), and finished groups beyond the batch wait for a later step.
+    Each poll evicts, and replaces one for one (refill k):
+
+        stale groups: finished, dispatched more than max_off_policy_threshold steps ago
+            span = global_steps - dispatch_step + 1 > threshold    (strategy "drop"; "wait" instead holds
+            sampling while an in-flight group has span >= threshold, so it can finish and be trained)
+        DAPO's groups without a spread (filter_groups_metric).
+
+    (verl 0.9.1: `trainer/ppo/v1/replay_buffer.py::ReplayBufferAsync.wait_for_sampleable`, `_stale_terminal_keys`,
+    `_has_enough_samples`.)
+
+    Args:
+        drive_fn(ready): runs the agent loops, calling `ready()` whenever every session waits for the engine,
+            until it returns True (or nothing is in flight).
+        score_fn(): scores the groups whose sessions have all finished (status "done" -> "finished").
+        refill_fn(count): dispatches `count` new prompts (started at once).
+        max_off_policy_threshold: None switches staleness control off.
+    """
+
+    def __init__(self, drive_fn: Callable[[Callable[[], bool]], None], score_fn: Callable[[], None],
+                 refill_fn: Callable[[int], None], train_batch_size: int, filter_groups_metric: str | None = None,
+                 max_off_policy_threshold: int | None = 8, max_off_policy_strategy: str = "drop"):
+        super().__init__(lambda groups: None, refill_fn, train_batch_size, filter_groups_metric)
+        if max_off_policy_threshold is not None and max_off_policy_threshold < 1:
+            raise ValueError("trainer.v1.sampler.max_off_policy_threshold must be a positive integer or null (got "
+                             f"{max_off_policy_threshold})")
+        if max_off_policy_strategy not in ("drop", "wait"):
+            raise ValueError(f"trainer.v1.sampler.max_off_policy_strategy={max_off_policy_strategy!r} is not one of "
+                             "drop, wait")
+        self.drive_fn = drive_fn
+        self.score_fn = score_fn
+        self.threshold = max_off_policy_threshold
+        self.strategy = max_off_policy_strategy
+
+    def _span(self, group: PromptGroup, global_steps: int) -> int:
+        return global_steps - group.dispatch_step + 1
+
+    def in_flight(self) -> list[PromptGroup]:
+        """Groups whose sessions are still running (or not yet scored)."""
+        return [g for g in self.groups.values() if g.status != "finished"]
+
+    def sample(self, global_steps: int, batch_size: int) -> tuple[list[PromptGroup], dict[str, float]]:
+        """Drive the agent loops until `batch_size` groups are sampleable, then take the oldest. Returns (groups,
+        metrics): verl's eviction counts (`training/off_policy/evicted_samples`, with the evicted groups' spans,
+        and `training/filter_groups/evicted_samples` with DAPO)."""
+        evicted_spans: list[int] = []
+        filtered = [0]
+
+        def ready() -> bool:  # the trainer's poll
+            self.score_fn()
+            finished = [g for g in self.groups.values() if g.status == "finished"]
+            stale = [g for g in finished if self.strategy == "drop" and self.threshold is not None
+                     and self._span(g, global_steps) > self.threshold]
+            spread_less = [g for g in finished if self.filter_groups_metric is not None and g not in stale
+                           and self._zero_spread(g)]
+            for group in stale + spread_less:
+                del self.groups[group.uid]
+            evicted_spans.extend(self._span(g, global_steps) for g in stale)
+            filtered[0] += len(spread_less)
+            if stale or spread_less:
+                self.refill_fn(len(stale) + len(spread_less))  # async refills one for one
+                return False
+            return self._has_enough(global_steps, batch_size)
+
+        while True:
+            self.drive_fn(ready)
+            if ready():  # the drive stopped on it (this poll changes nothing), or ran out of sessions
+                break
+            if not self.in_flight():
+                raise RuntimeError(f"the replay buffer has {sum(g.status == 'finished' for g in self.groups.values())}"
+                                   f" sampleable groups and nothing in flight, but {batch_size} were asked for.")
+        finished = sorted((g for g in self.groups.values() if g.status == "finished"), key=lambda g: g.dispatch_step)
+        taken = finished[:batch_size]
+        for group in taken:
+            del self.groups[group.uid]
+        metrics = {"training/off_policy/evicted_samples": len(evicted_spans)}
+        if evicted_spans:
+            metrics.update({"training/off_policy/evicted_samples_staleness/mean": float(np.mean(evicted_spans)),
+                            "training/off_policy/evicted_samples_staleness/max": float(max(evicted_spans)),
+                            "training/off_policy/evicted_samples_staleness/min": float(min(evicted_spans))})
+        if self.filter_groups_metric is not None:
+            metrics["training/filter_groups/evicted_samples"] = filtered[0]
+        return taken, metrics
+
+    def _has_enough(self, global_steps: int, batch_size: int) -> bool:
+        """Enough finished groups, and (strategy "wait") no in-flight group at the staleness limit."""
+        if self.strategy == "wait" and self.threshold is not None and any(
+                self._span(g, global_steps) >= self.threshold for g in self.in_flight()):
+            return False
+        return sum(g.status == "finished" for g in self.groups.values()) >= batch_size

@@ -1,25 +1,35 @@
-"""verl 0.9.1's v1 trainer (`trainer.use_v1=true`), sync mode: agent loops feed a replay buffer.
+"""verl 0.9.1's v1 trainer (`trainer.use_v1=true`): agent loops feed a replay buffer; sync and colocate_async.
 
 What changes against the legacy loop (`minirl/trainer.py`, verl's `ray_trainer.py::RayPPOTrainer.fit`):
 
     legacy                                             v1 (trainer/ppo/v1/trainer_base.py::PPOTrainer)
     batch.repeat(n) -> one generate_sequences call     dispatch prompts; each sample is an agent-loop session
-    reward on the generated batch                      the reward loop scores each finished session
-    DAPO: generate whole batches until enough pass     DAPO inside the replay buffer: evict, refill 2k, drain
+    reward on the generated batch                      the reward loop scores each finished group
+    DAPO: generate whole batches until enough pass     DAPO inside the replay buffer: evict, refill, drain
     ReMax: a greedy answer per prompt                  no greedy request: ReMax is legacy-only
     weight sync right after the actor update           weight sync in on_step_end, after the checkpoint
     no hooks                                           on_init_end, on_train_begin, on_step_begin/end,
                                                        on_sample_begin/end, on_validate_begin/end
 
 Everything between sampling and the update (old log-probs, reference, values, advantages, the updates) is the
-legacy trainer's code: only how a batch is collected, and when the weights are synced, differ. For settings
-without DAPO, the sessions sample with the legacy trainer's per-row seeds, so a v1 sync run equals the legacy
-run number for number (tests/test_v1.py).
+legacy trainer's code: only how a batch is collected, and when the weights are synced, differ.
 
-verl's trainer modes: `sync` (here); `colocate_async` and `separate_async` are refused for now (Chapter 12).
+    sync            dispatch train_batch_size prompts, run them to the end, train on them: on-policy. Without
+                    DAPO the sessions use the legacy trainer's row seeds, so the run equals the legacy run
+                    number for number (tests/test_v1.py).
+    colocate_async  num_warmup_batches of prompts are dispatched ahead; each step dispatches one more batch and
+                    the engine decodes only until train_batch_size groups are finished. The rest stay in flight
+                    and resume after the weight sync with the new weights (partial rollout), so a batch holds
+                    answers from earlier weights (`training/off_policy/*` measures how much).
+
+verl's third mode, `separate_async` (the rollout on its own processes), is refused for now (Chapter 12).
 """
 
 from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -28,31 +38,53 @@ from minirl.config import Config
 from minirl.core import place_scores_on_last_token
 from minirl.metrics import timer
 from minirl.protocol import DataProto
+from minirl.run_dir import CHECKPOINT_PREFIX
 from minirl.trainer import TRAIN, PPOTrainer, _seed_for
-from minirl.v1.agent_loop import AgentLoopManager, LLMServer, outputs_to_batch
-from minirl.v1.replay_buffer import PromptGroup, ReplayBuffer, Trajectory
+from minirl.v1.agent_loop import AgentLoopManager, AgentLoopOutput, LLMServer, outputs_to_batch
+from minirl.v1.replay_buffer import PromptGroup, ReplayBuffer, ReplayBufferAsync, Trajectory
+
+# The asynchronous trainer checks the replay buffer every POLL_TOKENS decoded tokens (verl's polls every 2 s of
+# wall time; a token count keeps minirl's runs reproducible). Answers still running at the check are left in flight.
+POLL_TOKENS = 4
 
 
 class PPOTrainerV1(PPOTrainer):
-    """The v1 trainer in sync mode: the legacy step's maths, fed by agent loops through a replay buffer."""
+    """The v1 trainer: the legacy step's maths, fed by agent loops through a replay buffer (sync or colocate_async)."""
 
     SYNC_AFTER_UPDATE = False  # v1 syncs the rollout's weights in on_step_end, after the checkpoint
 
     def __init__(self, config: Config, show_progress: bool | None = None):
         super().__init__(config, show_progress)
         cfg = self.config
-        self.server = LLMServer(self.rollout, self.tokenizer.pad_token_id, cfg.data.max_response_length)
+        self.mode = cfg.trainer.v1.trainer_mode
+        self.server = LLMServer(self.rollout, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id,
+                                cfg.data.max_response_length)
         self.agent_loops = AgentLoopManager(self.server, self.tokenizer, cfg.data.max_prompt_length,
                                             cfg.data.truncation)
         dapo = cfg.algorithm.filter_groups
-        self.replay_buffer = ReplayBuffer(
-            self._run_groups, self._add_prompts_to_generate, cfg.data.train_batch_size,
-            filter_groups_metric=dapo.metric if dapo.enable else None,
-            max_inflight_gen_batches=dapo.max_inflight_gen_batches, max_prompts_per_sample=len(self.train_rows))
-        self.dispatches_this_step = 0
+        metric = dapo.metric if dapo.enable else None
+        if self.mode == "sync":
+            self.replay_buffer = ReplayBuffer(
+                self._run_groups, self._add_prompts_to_generate, cfg.data.train_batch_size, metric,
+                dapo.max_inflight_gen_batches, max_prompts_per_sample=len(self.train_rows))
+        else:  # colocate_async
+            sampler = cfg.trainer.v1.sampler
+            self.replay_buffer = ReplayBufferAsync(
+                lambda ready: self.agent_loops.drive(ready, max_new_tokens=POLL_TOKENS), self._score_done_groups,
+                self._add_prompts_to_generate, cfg.data.train_batch_size, metric, sampler.max_off_policy_threshold,
+                sampler.max_off_policy_strategy)
+        self.dispatches: dict[int, int] = {}  # step -> prompt dispatches made at it (each has its own seeds)
+        self.session_outputs: dict[str, list] = {}  # uid -> its sessions' outputs, as they finish
+
+    def fit(self) -> list[dict[str, float]]:
+        """Train as the legacy trainer's `fit`, with v1's hooks; answers still in flight at the end are dropped."""
+        try:
+            return super().fit()
+        finally:
+            self.agent_loops.shutdown()
 
     # ------------------------------------------------------------------------------------------
-    # Hooks (verl's PPOTrainerSync)
+    # Hooks (verl's PPOTrainerSync and PPOTrainerColocateAsync)
     # ------------------------------------------------------------------------------------------
 
     def on_init_end(self) -> None:
@@ -60,14 +92,25 @@ class PPOTrainerV1(PPOTrainer):
         self.rollout.update_weights()  # an engine with its own copy takes the actor's (a resumed one too)
         self.server.global_steps = self.global_step
 
+    def on_train_begin(self) -> None:
+        """colocate_async: dispatch num_warmup_batches train batches of prompts ahead of the first step (fewer by
+        the groups a resumed run brought back), so the rollout runs ahead of the trainer."""
+        if self.mode == "colocate_async":
+            warmup = int(self.config.trainer.v1.colocate_async.num_warmup_batches * self.config.data.train_batch_size)
+            if warmup - len(self.replay_buffer) > 0:
+                self._add_prompts_to_generate(warmup - len(self.replay_buffer), step=self.global_step + 1)
+
     def on_sample_begin(self) -> None:
         """Before the trainer waits for groups (verl's async modes start counting idle time here)."""
 
     def on_sample_end(self) -> None:
-        """The batch is taken; verl sleeps the rollout replicas (frees their weights and KV cache) here."""
+        """The batch is taken. verl sleeps the rollout replicas here (sync), or first aborts their unfinished
+        requests (colocate_async). minirl's engine decodes only while `sample` drives it, so unfinished requests
+        simply wait in the server, and resume after the weight sync."""
 
     def on_step_end(self, timing: dict) -> None:
-        """The weight sync, after the checkpoint: the engine's version becomes this step."""
+        """The weight sync, after the checkpoint: the engine's version becomes this step (verl's colocate_async
+        then resumes the aborted requests, which continue with the new weights)."""
         if self._actor_turn():
             self.update_rollout_weights(timing)
         self.server.global_steps = self.global_step
@@ -76,37 +119,65 @@ class PPOTrainerV1(PPOTrainer):
     # Dispatching prompts and running their sessions
     # ------------------------------------------------------------------------------------------
 
-    def _add_prompts_to_generate(self, count: int) -> None:
-        """Dispatch the next `count` prompts of the data stream as pending groups (verl's `_add_batch_to_generate`).
+    def _add_prompts_to_generate(self, count: int, step: int | None = None) -> None:
+        """Dispatch the next `count` prompts of the data stream as groups (verl's `_add_batch_to_generate`);
+        colocate_async starts their sessions at once (verl dispatches fire-and-forget).
 
-        Session s of the i-th prompt of the step's d-th dispatch samples with seed
-        (rollout.seed, data.seed, TRAIN, step, d, i * n + s): the legacy trainer's seed for that row.
+        Session s of the i-th prompt of the d-th dispatch at `step` (default: this step) samples with seed
+        (rollout.seed, data.seed, TRAIN, step, d, i * n + s): for a step's first dispatch, the legacy trainer's
+        seed for that row.
         """
+        step = self.global_step if step is None else step
         n = self.config.actor_rollout_ref.rollout.n
         rows, positions, _ = self._next_prompts(count)
-        rollout_seed = self.config.actor_rollout_ref.rollout.seed
-        for i, (row, position) in enumerate(zip(rows, positions)):
-            seeds = [_seed_for(rollout_seed, self.seed, TRAIN, self.global_step, self.dispatches_this_step, i * n + s)
-                     for s in range(n)]
-            self.replay_buffer.add(PromptGroup(str(position), row, self.global_step, seeds))
-        self.dispatches_this_step += 1
+        rollout_seed, d = self.config.actor_rollout_ref.rollout.seed, self.dispatches.get(step, 0)
+        self.dispatches[step] = d + 1
+        groups = [PromptGroup(str(position), row, step,
+                              [_seed_for(rollout_seed, self.seed, TRAIN, step, d, i * n + s) for s in range(n)])
+                  for i, (row, position) in enumerate(zip(rows, positions))]
+        for group in groups:
+            self.replay_buffer.add(group)
+        if self.mode == "colocate_async":
+            self._start_groups(groups)
 
-    def _run_groups(self, groups: list[PromptGroup]) -> None:
-        """Run every session of `groups` (the agent loops), then score them (the reward loop); mark them finished."""
+    def _start_groups(self, groups: list[PromptGroup]) -> None:
+        """Start every session of `groups`; a group is "done" when its last session finishes."""
+        def session_done(session: dict, output) -> None:
+            outputs = self.session_outputs[session["uid"]]
+            outputs[session["session_id"]] = output
+            if all(o is not None for o in outputs):
+                self.replay_buffer.groups[session["uid"]].status = "done"
+
+        for group in groups:
+            self.session_outputs[group.uid] = [None] * len(group.seeds)
+            group.status = "running"
         sessions = [{**group.row, "raw_prompt": group.row["prompt"], "uid": group.uid, "session_id": s, "seed": seed}
                     for group in groups for s, seed in enumerate(group.seeds)]
-        outputs = self.agent_loops.run_sessions(sessions, self._sampling())
+        self.agent_loops.start_sessions(sessions, self._sampling(), on_done=session_done)
+
+    def _score_done_groups(self) -> None:
+        """The reward loop: score every group whose sessions have all finished (in one batch); mark them finished."""
+        done = [g for g in self.replay_buffer.groups.values() if g.status == "done"]
+        if not done:
+            return
+        outputs = [o for g in done for o in self.session_outputs.pop(g.uid)]
+        sessions = [{**g.row, "uid": g.uid} for g in done for _ in g.seeds]
         scored = self._reward(self._with_row_fields(outputs_to_batch(
             outputs, self.config.data.max_response_length, self.tokenizer.pad_token_id), sessions))
         scores = scored["token_level_scores"].sum(-1).tolist()
-        extras = scored.non_tensor_batch
         index = 0
-        for group in groups:
+        for group in done:
             for s in range(len(group.seeds)):
-                group.trajectories.append(Trajectory(s, outputs[index], scores[index],
-                                                     {k: v[index] for k, v in extras.items()}))
+                extra = {k: v[index] for k, v in scored.non_tensor_batch.items()}
+                group.trajectories.append(Trajectory(s, outputs[index], scores[index], extra))
                 index += 1
             group.status = "finished"
+
+    def _run_groups(self, groups: list[PromptGroup]) -> None:
+        """sync: run every session of `groups` to its end, then score them."""
+        self._start_groups(groups)
+        self.agent_loops.drive()
+        self._score_done_groups()
 
     def _with_row_fields(self, batch: DataProto, sessions: list[dict]) -> DataProto:
         """Add each session's dataset fields (what a reward function reads) and uid to a padded batch."""
@@ -123,7 +194,6 @@ class PPOTrainerV1(PPOTrainer):
     def _collect_batch(self, timing: dict, metrics: dict) -> tuple[DataProto, int]:
         """Dispatch train_batch_size prompts (verl's prepare_step), then sample as many finished groups."""
         cfg = self.config
-        self.dispatches_this_step = 0
         self._add_prompts_to_generate(cfg.data.train_batch_size)
         with timer("gen", timing):  # verl: on_sample_begin + the wait in the buffer + on_sample_end
             self.on_sample_begin()
@@ -140,6 +210,56 @@ class PPOTrainerV1(PPOTrainer):
             scores, batch["response_mask"])}, non_tensor_batch=extras))
         metrics.update(staleness_metrics(trajectories, self.global_step))
         return batch, (self.global_step - 1) // self.steps_per_epoch
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpoints: colocate_async also keeps the replay buffer (verl saves its TransferQueue)
+    # ------------------------------------------------------------------------------------------
+
+    def _write_checkpoint(self) -> Path:
+        tmp = super()._write_checkpoint()
+        if self.mode == "colocate_async" and self.accelerator.is_main_process:
+            state = [{"uid": g.uid, "row": g.row, "dispatch_step": g.dispatch_step, "seeds": g.seeds,
+                      "finished": g.status == "finished",
+                      "trajectories": [{"session_id": t.session_id, "output": dataclasses.asdict(t.output),
+                                        "score": t.score, "extra": t.extra} for t in g.trajectories]}
+                     for g in self.replay_buffer.groups.values()]
+            (tmp / REPLAY_BUFFER_FILE).write_text(json.dumps(state, default=_plain))
+        self.accelerator.wait_for_everyone()
+        return tmp
+
+    def load_checkpoint(self) -> bool:
+        """Resume; colocate_async also restores the buffer: finished groups as they were, groups that were in flight
+        dispatched again from their prompt at the next step (verl's `_reissue_inflight_prompts`: a partial answer is
+        not kept)."""
+        resumed = super().load_checkpoint()
+        path = self.run_dir / f"{CHECKPOINT_PREFIX}{self.global_step}" / REPLAY_BUFFER_FILE
+        if resumed and self.mode == "colocate_async" and path.exists():
+            reissued = []
+            for saved in json.loads(path.read_text()):
+                group = PromptGroup(saved["uid"], saved["row"], saved["dispatch_step"], saved["seeds"])
+                if saved["finished"]:
+                    group.status = "finished"
+                    group.trajectories = [Trajectory(t["session_id"], AgentLoopOutput(**t["output"]), t["score"],
+                                                     t["extra"]) for t in saved["trajectories"]]
+                else:
+                    group.dispatch_step = self.global_step + 1
+                    reissued.append(group)
+                self.replay_buffer.add(group)
+            if reissued:
+                self._start_groups(reissued)
+        return resumed
+
+
+REPLAY_BUFFER_FILE = "replay_buffer.json"
+
+
+def _plain(value):
+    """JSON for numpy scalars and arrays in a reward function's extra values."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    raise TypeError(f"cannot save {type(value).__name__} in the replay buffer checkpoint")
 
 
 def staleness_metrics(trajectories: list[Trajectory], global_steps: int) -> dict[str, float]:
