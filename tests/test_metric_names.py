@@ -33,7 +33,8 @@ def test_the_name_list_is_not_vacuous():
     ["algorithm.adv_estimator=remax", "algorithm.filter_groups.enable=true", "data.gen_batch_size=16"],
     ["trainer.use_v1=true", "algorithm.filter_groups.enable=true",
      "algorithm.filter_groups.max_inflight_gen_batches=2"],
-], ids=["everything_on", "remax_dapo", "v1_dapo"])
+    ["trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async", "trainer.v1.sampler.max_off_policy_threshold=1"],
+], ids=["everything_on", "remax_dapo", "v1_dapo", "v1_colocate_async"])
 def test_every_logged_name_is_verls_or_minirls(tmp_path, overrides):
     history = train([f"trainer.default_local_dir={tmp_path}", "trainer.logger=[]", "trainer.resume_mode=disable",
                      "trainer.total_training_steps=2", "trainer.test_freq=2", "data.val_max_samples=16",
@@ -49,7 +50,9 @@ def test_every_logged_name_is_verls_or_minirls(tmp_path, overrides):
                      "actor/reward_kl_penalty_coeff", "actor/kl_loss", "actor/entropy_loss", "critic/vf_explained_var",
                      "rollout_corr/rollout_is_mean", "training/epoch", "actor/lr", "critic/lr"):
             assert name in names, name
-    elif "trainer.use_v1=true" in overrides:  # DAPO inside the replay buffer, and verl's staleness metrics
+    elif "algorithm.filter_groups.enable=true" in overrides and "trainer.use_v1=true" in overrides:
         assert {"training/filter_groups/evicted_samples", "training/off_policy/trajectory_staleness/max"} <= names
+    elif "trainer.use_v1=true" in overrides:  # the asynchronous buffer's evictions
+        assert "training/off_policy/evicted_samples" in names
     else:
         assert "minirl/num_gen_batches" in names
