@@ -10,7 +10,7 @@
 #   make parity  compare minirl with verl 0.9.1 itself (its own venv, .venv-verl; part of make test)
 #   make parity-trl  compare minirl's DPO and reward-model losses with TRL's trainers (.venv-trl; part of make test)
 #   make bench   benchmarks: core ops vs verl, learning speed per estimator, step time with micro-batches
-#                and 1 vs 2 processes, minirl vs TRL, RLHF step costs (minutes)
+#                and 1 vs 2 processes, legacy vs v1 sync vs colocate_async, minirl vs TRL, RLHF step costs (minutes)
 #
 # On a GPU machine, choose the torch build, e.g.
 #   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
@@ -98,6 +98,7 @@ bench: install $(VERL_INSTALLED)
 	$(VERL_PY) bench/core_ops.py
 	$(PY) bench/learning.py
 	$(PY) bench/parallel.py
+	$(PY) bench/v1_modes.py
 	$(PY) bench/book_times.py
 	$(PY) bench/vs_trl.py
 	$(PY) bench/rlhf.py
