@@ -30,17 +30,18 @@ def test_short_sft_run_lowers_the_loss(tmp_path):
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5, losses
 
 
-def test_default_warm_start_learns_into_the_target_range(tmp_path):
+def test_default_warm_start_learns_into_the_target_range():
     """The book's default warm start: from no right answers to greedy accuracy in [0.2, 0.9] on held-out questions.
 
     The bounds come from the spread, not from one machine: seeds 0-4 gave 0.41-0.765 on an Intel Xeon, seeds 0-2
     0.37-0.69 on an AMD EPYC, and seed 0 under other numeric settings 0.255-0.65 (minirl/README.md, "The same seed
-    on another CPU")."""
-    summary = sft.build_warm_start(tmp_path / "warm", sft.SFTConfig(), show_progress=False)
+    on another CPU"). It checks the cached build, which `make test` makes before the suite: on a fresh clone (as
+    in CI) that is this code's build; a cache from older code is reused while the SFT config is unchanged."""
+    warm = sft.default_warm_start(show_progress=False)
+    summary = json.loads((warm / "warm_start.json").read_text())
     assert summary["greedy_acc_before"] < 0.05
     assert 0.2 <= summary["greedy_acc"] <= 0.9, summary
-    assert models.load_policy(tmp_path / "warm") is not None
-    assert json.loads((tmp_path / "warm" / "warm_start.json").read_text())["greedy_acc"] == summary["greedy_acc"]
+    assert models.load_policy(warm) is not None
 
 
 def test_warm_start_cache_is_reused_and_interrupted_builds_leave_nothing(tmp_path, monkeypatch):
