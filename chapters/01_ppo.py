@@ -233,7 +233,11 @@ for label, runs in experiment.items():
 # (`v1/replay_buffer.py`) hands them to the trainer. Each prompt gets a uid and `rollout.n`
 # sessions, instead of `batch.repeat(n, interleave=True)` copying its row. The stages of a step come
 # in the same order: generate, reward, balance, old log-probs, reference, values, advantages, critic
-# update, actor update. Older verl and many blog posts put the epoch loop in
+# update, actor update.
+# minirl has both trainers. Its default, which every number in these chapters comes from, is the legacy loop;
+# `trainer.use_v1=true` runs `minirl/v1/` (sync and colocate_async modes), which without DAPO trains exactly the
+# same run, metric for metric (`tests/test_v1.py`; `minirl/README.md`, item 12).
+# Older verl and many blog posts put the epoch loop in
 # `verl/workers/actor/dp_actor.py::DataParallelPPOActor.update_policy`; verl 0.9 removed that file
 # and moved the loop to `engine_workers.py::TrainingWorker.train_mini_batch`.
 #

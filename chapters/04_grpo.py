@@ -300,6 +300,9 @@ for label, runs in results.items():  # the right panel: mean of the first and of
 # sessions, instead of `batch.repeat(n, interleave=True)` copying its row; a group is still "the
 # responses with this uid". The stages of a step come in the same order: generate, reward, balance,
 # old log-probs, reference, advantages, actor update.
+# minirl has both trainers. Its default, which every number in these chapters comes from, is the legacy loop;
+# `trainer.use_v1=true` runs `minirl/v1/` (sync and colocate_async modes), which without DAPO trains exactly the
+# same run, metric for metric (`tests/test_v1.py`; `minirl/README.md`, item 12).
 #
 # **Metrics to watch.** `critic/score/mean` should rise; `critic/advantages/mean` stays near 0 by
 # construction; `actor/pg_clipfrac` stays small (below ~0.1) with one update per batch;

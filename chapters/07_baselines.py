@@ -466,6 +466,7 @@ for name, runs in learning.items():
 # `TypeError: compute_remax_outcome_advantage() missing 1 required positional argument: 'reward_baselines'`
 # (checked against the 0.9.1 wheel on a CPU; a whole v1 run was not tried). verl's ReMax example script
 # does not set `trainer.use_v1`, and 0.9.1's default is `true`: add `trainer.use_v1=false` to run it.
+# minirl's v1 trainer (`trainer.use_v1=true`) refuses `adv_estimator=remax` with that advice.
 #
 # | config key (verl = minirl) | value | meaning |
 # |---|---|---|
