@@ -3,12 +3,15 @@
 A test that uses a module-scoped fixture of its own file (a built site, a trained model, graded runs) joins its
 file's group, so the fixture is built once, on one worker; every other test goes to whichever worker is free. With
 `--dist loadfile` a whole file ran on one worker, and the files of long tests (every notebook, every estimator's
-60-step run) kept one worker busy while the other idled.
+60-step run) kept one worker busy while the other idled. The files of SERIAL_FILES stay on one worker whole.
 """
 
 import pytest
 
 SHARED_SCOPES = ("module", "package", "session")
+# Files whose tests must not run at the same time on two workers: their `accelerate launch` runs all listen on
+# accelerate's default port (29500), and two at once fail with EADDRINUSE.
+SERIAL_FILES = ("test_distributed",)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,5 +23,5 @@ def pytest_collection_modifyitems(config, items):
         shared = [name for name, definitions in info.name2fixturedefs.items()
                   if definitions[-1].scope in SHARED_SCOPES
                   and getattr(definitions[-1].func, "__module__", None) == module.__name__]
-        if shared:
+        if shared or item.path.stem in SERIAL_FILES:
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
