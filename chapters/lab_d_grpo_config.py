@@ -21,7 +21,7 @@
 # | **What you will do** | Read verl's GRPO launch script for Qwen3-8B key by key: what each key does, its default in verl 0.9.1 and in minirl, and what changes when you change it. Work out the batch arithmetic of one step (prompts, responses, mini-batches, micro-batches, optimizer steps, processes), draw it, and check it against the trainer. Run short ablations of the keys that matter, 3 seeds each. |
 # | **What you need** | [Chapter 4 · GRPO](04_grpo.ipynb) for the group advantage. [Lab A](lab_a_gsm8k.ipynb) for a first run through verl's keys. |
 # | **verl pages this lab follows** | `examples/grpo_trainer/run_qwen3_8b_fsdp.sh`, `docs/algo/grpo.md` and `docs/examples/config.rst`, read at verl's v0.9.0 tag (0.9.1's wheel ships neither `examples/` nor `docs/`). Section 5 lists where the pages are out of date. |
-# | **Run time** | 5.6 minutes in the run shown here, on 2 CPU cores (15 short GRPO runs, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`, a few seconds. |
+# | **Run time** | 2.7 minutes in the run shown here, on 2 CPU cores (15 short GRPO runs, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`, a few seconds. |
 
 # %%
 import shutil
