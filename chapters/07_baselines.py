@@ -24,9 +24,9 @@
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::compute_advantage` (every estimator except GAE and GRPO goes through `core_algos.get_adv_estimator_fn`); `core_algos.py::register_adv_est`; `core_algos.py::compute_rloo_outcome_advantage`, `compute_remax_outcome_advantage`, `compute_reinforce_plus_plus_outcome_advantage`, `compute_reinforce_plus_plus_baseline_outcome_advantage`; `ray_trainer.py::RayPPOTrainer.fit` (for `remax`, one greedy response per prompt, scored into `reward_baselines`; the legacy trainer only, section 6); `examples/rloo_trainer/`, `examples/remax_trainer/`, `examples/reinforce_plus_plus_trainer/` (`run_qwen3_8b_fsdp.sh` each, tag v0.9.0). |
 # | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): `adv_estimator`, `rollout.n` and the batch arithmetic in a full verl script; [Chapter 4 · GRPO](04_grpo.ipynb): the group baseline divided by the group's std; [Chapter 2 · GAE](02_gae.ipynb): a learned baseline per token, and its bias. Back to [the reading map](index.md). |
 #
-# Run time: 7.2 minutes in the run shown here, on 2 CPU cores that other jobs loaded heavily during that run (a
-# gradient-variance measurement, then eighteen short runs: six estimators, three seeds each; the first output
-# names the machine, the last prints the time). With `MINIRL_FAST=1` everything shrinks.
+# Run time: 3.7 minutes in the run shown here, on 2 otherwise idle CPU cores (a gradient-variance measurement,
+# then eighteen short runs: six estimators, three seeds each; the first output names the machine, the last prints
+# the time). With `MINIRL_FAST=1` everything shrinks.
 
 # %%
 import itertools
@@ -435,14 +435,12 @@ for name, runs in learning.items():
 # - **ReMax ends lowest, but within noise**: 0.543 (seeds 0.52 to 0.57) against GRPO's 0.590 (0.56 to
 #   0.63); the ranges overlap, with every other estimator too. Its gradient noise in section 2 could not
 #   be told apart from RLOO's either.
-# - **Cost.** ReMax's `timing_s/gen` is 0.346 s per step (seeds 0.340 to 0.354 s) against 0.215 to
-#   0.294 s for the others (no seed of theirs above 0.309 s): its greedy answers are a second, smaller
+# - **Cost.** ReMax's `timing_s/gen` is 0.168 s per step (seeds 0.167 to 0.169 s) against 0.132 to
+#   0.135 s for the others (no seed of theirs above 0.136 s): its greedy answers are a second, smaller
 #   generation call (on GPUs verl sends them in the same request as the samples). Its whole step,
-#   1.100 s (seeds 1.073 to 1.134 s), cannot be told apart from the others' 0.827 to 1.118 s: its seed
-#   range overlaps REINFORCE's (1.027 to 1.183 s). Other jobs loaded the two CPU cores heavily during
-#   this run, and unevenly from one run to the next, so the step times carry much noise from that
-#   sharing; the generation times above are the cleaner comparison. Per response generated ReMax pays
-#   more in any case: after 20 steps it has generated 5760 responses to the others' 5120.
+#   0.552 s (seeds 0.550 to 0.555 s), is above every other estimator's (0.517 to 0.525 s; no seed above
+#   0.530 s) by about that extra call. Per response generated ReMax pays more too: after 20 steps it has
+#   generated 5760 responses to the others' 5120.
 #
 # ## 6. verl ↔ minirl
 #
