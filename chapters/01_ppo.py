@@ -24,7 +24,7 @@
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (rollout, recompute `old_log_probs`, update; verl's legacy trainer, see section 5); `verl/trainer/ppo/core_algos.py::compute_policy_loss_vanilla` (ratio, `actor/pg_clipfrac`, `actor/ppo_kl`); `core_algos.py::agg_loss`; `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (tag v0.9.0; verl's FSDP PPO example: GAE with a critic, `rollout.n=1`). |
 # | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) to run PPO end to end, then [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) for `actor/pg_clipfrac` and `actor/ppo_kl`; [Chapter 2 · GAE](02_gae.ipynb) for the advantages $A_t$; [Chapter 4 · GRPO](04_grpo.ipynb) to drop the critic. Back to [the reading map](index.md). |
 #
-# Run time: 6.2 minutes in the run shown here, on 2 CPU cores (twelve small training runs: four settings, three
+# Run time: 4.5 minutes in the run shown here, on 2 CPU cores (twelve small training runs: four settings, three
 # seeds each; the first cell names the machine, the last prints the time). With `MINIRL_FAST=1` every run
 # shrinks to a few steps.
 
