@@ -9,8 +9,8 @@ file's group, so the fixture is built once, on one worker; every other test goes
 import pytest
 
 SHARED_SCOPES = ("module", "package", "session")
-# Files whose tests must not run at the same time on two workers: their `accelerate launch` runs all listen on
-# accelerate's default port (29500), and two at once fail with EADDRINUSE.
+# Files whose tests should not run at the same time on two workers: each of their tests launches two processes
+# (which share the two cores with the other worker's test anyway); their launches take a free port each.
 SERIAL_FILES = ("test_distributed",)
 
 

@@ -10,6 +10,7 @@ import math
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,17 @@ CPU_ENV = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
 PROBE = "from accelerate import Accelerator; a = Accelerator(); print(f'rank {a.process_index} of {a.num_processes}')"
 
 
+def free_port() -> list[str]:
+    """`--main_process_port` with a port no one holds: accelerate's default, 29500, may be taken (another launch, a
+    launch that has not released it yet), and torchrun then fails with EADDRINUSE."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return ["--main_process_port", str(sock.getsockname()[1])]
+
+
 def launch(*args, env=CPU_ENV, timeout=600):
-    return subprocess.run([*LAUNCH, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([*LAUNCH, *free_port(), *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def test_readme_cpu_launch_forms_one_group_of_two(tmp_path):
@@ -43,8 +53,8 @@ def test_readme_cpu_launch_forms_one_group_of_two(tmp_path):
                                                                                                        "train"]
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    proc = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", *words[3:-3], str(probe)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, env=CPU_ENV)
+    proc = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", *words[3:-3], *free_port(), str(probe)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=CPU_ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(re.findall(r"rank \d of \d", proc.stdout)) == ["rank 0 of 2", "rank 1 of 2"], proc.stdout
 
