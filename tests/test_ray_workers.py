@@ -55,6 +55,18 @@ def test_a_colocated_ray_run_equals_the_in_process_run(tmp_path, in_process):
     assert not (tmp_path / "global_step_2" / "rollout").exists()  # the engine shares the actor's weights
 
 
+def test_the_v1_trainer_on_ray_equals_the_in_process_legacy_run(tmp_path, in_process):
+    """trainer.use_v1=true drives the same Ray worker groups through its agent loops: every metric both trainers log
+    is the legacy in-process run's (v1 adds its staleness metrics and logs no timing_s/reward)."""
+    on_ray = train([f"trainer.default_local_dir={tmp_path}", *SMALL, "trainer.use_ray=true", "trainer.use_v1=true"],
+                   show_progress=False)
+    for mine, other in zip(on_ray, in_process, strict=True):
+        shared = {k for k in mine if k in other and not k.startswith(("timing", "perf/"))}
+        assert len(shared) > 60 and set(mine) - set(other) <= {k for k in mine if k.startswith("training/off_policy/")}
+        for key in shared:
+            assert mine[key] == pytest.approx(other[key], rel=1e-4, abs=1e-6), (mine["step"], key)
+
+
 def test_a_separate_rollout_on_two_ranks_equals_the_in_process_run_and_resumes(tmp_path, in_process):
     layout = ["trainer.use_ray=true", "actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=2"]
     on_ray = train([f"trainer.default_local_dir={tmp_path}", *SMALL, *layout], show_progress=False)
