@@ -482,6 +482,17 @@ def truncate_prompt(ids: list[int], max_prompt_length: int, truncation: str = "e
                      "example scripts do), or cut them with data.truncation=left|right|middle.")
 
 
+def left_pad(rows: list[list[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token-id lists to the longest: (input_ids, attention_mask), each (B, longest)."""
+    longest = max(len(ids) for ids in rows)
+    input_ids = torch.full((len(rows), longest), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(rows), longest), dtype=torch.long)
+    for i, ids in enumerate(rows):
+        input_ids[i, longest - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        attention_mask[i, longest - len(ids):] = 1
+    return input_ids, attention_mask
+
+
 def encode_prompts(tokenizer, messages: list[list[dict]], max_prompt_length: int,
                    truncation: str = "error") -> dict[str, torch.Tensor]:
     """Apply the chat template, tokenise, and left-pad a list of prompts to one (B, P) tensor.
@@ -495,12 +506,7 @@ def encode_prompts(tokenizer, messages: list[list[dict]], max_prompt_length: int
     if not messages:
         raise ValueError("encode_prompts got an empty batch of prompts.")
     encoded = [truncate_prompt(prompt_token_ids(tokenizer, m), max_prompt_length, truncation) for m in messages]
-    longest = max(len(ids) for ids in encoded)
-    input_ids = torch.full((len(encoded), longest), tokenizer.pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(encoded), longest), dtype=torch.long)
-    for i, ids in enumerate(encoded):
-        input_ids[i, longest - len(ids):] = torch.tensor(ids)
-        attention_mask[i, longest - len(ids):] = 1
+    input_ids, attention_mask = left_pad(encoded, tokenizer.pad_token_id)
     return {"input_ids": input_ids, "attention_mask": attention_mask,
             "position_ids": compute_position_ids(attention_mask)}
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from minirl.data import compute_position_ids, prompt_token_ids, truncate_prompt
+from minirl.data import compute_position_ids, left_pad, prompt_token_ids, truncate_prompt
 from minirl.protocol import DataProto
 
 
@@ -141,13 +141,7 @@ class LLMServer:
         length = self.response_length if max_new_tokens is None else max_new_tokens
         for setting in settings:
             requests = [r for r in waiting if tuple(sorted(r.sampling_params.items())) == setting]
-            prompts = [r.prompt_ids + r.token_ids for r in requests]
-            longest = max(len(ids) for ids in prompts)
-            input_ids = torch.full((len(requests), longest), self.pad_token_id, dtype=torch.long)
-            attention_mask = torch.zeros((len(requests), longest), dtype=torch.long)
-            for row, ids in enumerate(prompts):
-                input_ids[row, longest - len(ids):] = torch.tensor(ids)
-                attention_mask[row, longest - len(ids):] = 1
+            input_ids, attention_mask = left_pad([r.prompt_ids + r.token_ids for r in requests], self.pad_token_id)
             seeds = [continuation_seed(r.seed, len(r.token_ids)) for r in requests]
             batch = DataProto(batch={"input_ids": input_ids, "attention_mask": attention_mask,
                                      "row_seed": torch.tensor(seeds)},
@@ -295,31 +289,22 @@ def outputs_to_batch(outputs: list[AgentLoopOutput], response_length: int, pad_t
     Returns a DataProto with prompts (B, P), responses (B, R), input_ids / attention_mask / position_ids
     (B, P + R), response_mask (B, R: the model's own tokens) and rollout_log_probs (B, R).
     """
-    longest = max(len(o.prompt_ids) for o in outputs)
+    prompts, prompt_mask = left_pad([o.prompt_ids for o in outputs], pad_token_id)
     rows = len(outputs)
-    prompts = torch.full((rows, longest), pad_token_id, dtype=torch.long)
-    prompt_mask = torch.zeros((rows, longest), dtype=torch.long)
     responses = torch.full((rows, response_length), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((rows, response_length), dtype=torch.long)
     log_probs = torch.zeros((rows, response_length), dtype=torch.float32)
+    attended = torch.zeros((rows, response_length), dtype=torch.long)  # every response token, observations too
     for row, o in enumerate(outputs):
-        p, r = len(o.prompt_ids), min(len(o.response_ids), response_length)
-        prompts[row, longest - p:] = torch.tensor(o.prompt_ids)
-        prompt_mask[row, longest - p:] = 1
+        r = min(len(o.response_ids), response_length)
+        attended[row, :r] = 1
         responses[row, :r] = torch.tensor(o.response_ids[:r])
         response_mask[row, :r] = torch.tensor(o.response_mask[:r])
         if o.response_logprobs is not None:
             log_probs[row, :r] = torch.tensor(o.response_logprobs[:r])
-    attention_mask = torch.cat([prompt_mask, _response_attention(outputs, response_length)], dim=1)
+    attention_mask = torch.cat([prompt_mask, attended], dim=1)
     return DataProto(batch={"prompts": prompts, "responses": responses,
                             "input_ids": torch.cat([prompts, responses], dim=1), "attention_mask": attention_mask,
                             "position_ids": compute_position_ids(attention_mask), "response_mask": response_mask,
                             "rollout_log_probs": log_probs * response_mask})
 
-
-def _response_attention(outputs: list[AgentLoopOutput], response_length: int) -> torch.Tensor:
-    """(B, R) 1 on every response token of a session (the model's and observations), 0 on padding."""
-    mask = torch.zeros((len(outputs), response_length), dtype=torch.long)
-    for row, o in enumerate(outputs):
-        mask[row, :min(len(o.response_ids), response_length)] = 1
-    return mask
