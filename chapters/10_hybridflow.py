@@ -343,7 +343,7 @@ print(f"\nOne weight sync moves the actor's whole state dict: "
 #   results (`verl/trainer/ppo/v1/replay_buffer.py::ReplayBuffer`, also the home of DAPO's group filter),
 #   and can overlap generation with training (`verl/trainer/ppo/v1/trainer_separate_async.py`), which is
 #   where Chapter 9's stale weights come from. minirl's v1 trainer is `minirl/v1/` (`trainer.use_v1=true`:
-#   agent-loop sessions, the replay buffer, the sync and colocate_async modes).
+#   agent-loop sessions, the replay buffer, all three modes; Chapter 12).
 # - **TransferQueue.** The v1 trainer does not send batches through the driver: it keeps them in a
 #   distributed store that the workers read directly, and hands the workers keys into it (`KVBatchMeta`)
 #   instead of tensors. This is always on: `verl/trainer/main_ppo.py::TaskRunnerV1.run` sets

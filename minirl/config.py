@@ -351,6 +351,16 @@ class ColocateAsyncConfig:
 
 
 @dataclass
+class SeparateAsyncConfig:
+    num_warmup_batches: float = 1
+    """Train batches of prompts dispatched before the first step (as colocate_async's)."""
+    parameter_sync_step: int = 4
+    """Local updates per step (each on train_batch_size / parameter_sync_step prompts, which must equal
+    ppo_mini_batch_size) before the weights go to the rollout process: the rollout samples with weights up to this
+    many updates old."""
+
+
+@dataclass
 class SamplerConfig:
     max_off_policy_threshold: int | None = 8
     """Steps a prompt group may span from dispatch to training (span = step - dispatch step + 1); null = no limit."""
@@ -363,8 +373,10 @@ class SamplerConfig:
 class V1Config:
     trainer_mode: str = "sync"
     """sync: generate, then train (on-policy); colocate_async: the rollout runs ahead by num_warmup_batches and
-    unfinished answers resume with the new weights (partial rollout)."""
+    unfinished answers resume with the new weights (partial rollout); separate_async: the rollout is a process of
+    its own that never waits, synced every parameter_sync_step updates."""
     colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
+    separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
 
 
@@ -546,7 +558,7 @@ MISPLACED_KEYS = {f"{ACTOR}.policy_loss.tau_pos": f"{ACTOR}.tau_pos",
 # generated config). A key inside one of these (override_config.attention_dropout=...) is refused whatever its value.
 # key -> (verl's default, what the key does in verl)
 _LORA = "LoRA adapters (planned: Chapter 14)"
-_V1 = "verl's v1 separate_async mode, custom samplers and refilling failed groups (planned: Chapter 12)"
+_V1 = "verl's v1 custom samplers, refilling failed groups, and lending the trainer's GPUs to separate_async's rollout"
 _TOOLS = "multi-turn rollouts with tools (planned: Chapter 13)"
 MINIRL_LACKS: dict[str, tuple[Any, str]] = {
     **{f"{role}.optim.optimizer": ("AdamW", "optimizers other than torch.optim.AdamW")
@@ -570,8 +582,6 @@ MINIRL_LACKS: dict[str, tuple[Any, str]] = {
     "critic.loss_scale_factor": (None, "the critic's own seq-mean-token-sum-norm constant"),
     "algorithm.use_pf_ppo": (False, "preference-feedback PPO's reweighted resampling of each batch "
                                     "(core_algos.py::compute_pf_ppo_reweight_data)"),
-    "trainer.v1.separate_async.num_warmup_batches": (1, _V1),
-    "trainer.v1.separate_async.parameter_sync_step": (4, _V1),
     "trainer.v1.separate_async.hybrid_rollout.enable_switch": (False, _V1),
     "trainer.v1.sampler.sync_refill_failed_groups": (False, _V1),
     "trainer.v1.sampler.custom_sampler.path": (None, _V1),
@@ -891,11 +901,22 @@ def validate_config(config: Config) -> None:
         is_list = isinstance(files, list) and files and all(isinstance(f, str) for f in files)
         if not (isinstance(files, str) or is_list):
             problems.append(f"{name} must be a file path or a non-empty list of paths (got {files!r})")
+    choice("trainer.v1.trainer_mode", trainer.v1.trainer_mode, ("sync", "colocate_async", "separate_async"))
     if trainer.v1.trainer_mode == "separate_async":
-        problems.append("trainer.v1.trainer_mode=separate_async (rollout on its own processes) is planned for "
-                        "Chapter 12; minirl runs sync and colocate_async")
-    else:
-        choice("trainer.v1.trainer_mode", trainer.v1.trainer_mode, ("sync", "colocate_async"))
+        sync_step = trainer.v1.separate_async.parameter_sync_step
+        if sync_step < 1:
+            problems.append(f"trainer.v1.separate_async.parameter_sync_step must be >= 1 (got {sync_step})")
+        elif data.train_batch_size != sync_step * actor.ppo_mini_batch_size:
+            problems.append(f"separate_async trains each local update on one mini-batch, so data.train_batch_size "
+                            f"({data.train_batch_size}) must equal trainer.v1.separate_async.parameter_sync_step "
+                            f"({sync_step}) x {ACTOR}.ppo_mini_batch_size ({actor.ppo_mini_batch_size}), as verl "
+                            f"asserts: e.g. {ACTOR}.ppo_mini_batch_size={data.train_batch_size // sync_step}")
+        if trainer.use_ray:
+            problems.append("trainer.v1.trainer_mode=separate_async starts its rollout process itself; it does not run "
+                            "on Ray worker groups (set trainer.use_ray=false)")
+        if trainer.v1.separate_async.num_warmup_batches < 0:
+            problems.append("trainer.v1.separate_async.num_warmup_batches must be >= 0 (got "
+                            f"{trainer.v1.separate_async.num_warmup_batches})")
     choice("trainer.v1.sampler.max_off_policy_strategy", trainer.v1.sampler.max_off_policy_strategy, ("drop", "wait"))
     threshold = trainer.v1.sampler.max_off_policy_threshold
     if threshold is not None and threshold < 1:

@@ -149,16 +149,17 @@ class PPOTrainer:
         self.use_critic = cfg.critic.enable if cfg.critic.enable is not None else algo.adv_estimator == "gae"
         critic_path = (model_path if cfg.critic.model.path == TINY else cfg.critic.model.path) \
             if self.use_critic else None
+        self.model_path = model_path
+        optim_steps = self.total_training_steps * self.updates_per_step()  # the lr schedule's horizon
         if cfg.trainer.use_ray:  # the same roles as Ray worker groups, driven from here (Chapter 10)
             from minirl.single_controller import build_ray_workers
 
-            roles = build_ray_workers(cfg, model_path, critic_path, self.use_reference, self.total_training_steps,
-                                      self.seed)
+            roles = build_ray_workers(cfg, model_path, critic_path, self.use_reference, optim_steps, self.seed)
         else:  # the same roles as objects in this process (every process of a launch holds one of each)
-            actor = build_actor(cfg, model_path, self.accelerator, self.total_training_steps)
+            actor = build_actor(cfg, model_path, self.accelerator, optim_steps)
             roles = {"actor": actor, "rollout": build_rollout(actor, self.tokenizer, cfg),
                      "reference": build_reference(cfg, model_path, self.accelerator) if self.use_reference else None,
-                     "critic": build_critic(cfg, critic_path, self.accelerator, self.total_training_steps, self.seed)
+                     "critic": build_critic(cfg, critic_path, self.accelerator, optim_steps, self.seed)
                      if self.use_critic else None}
         self.actor, self.rollout, self.reference, self.critic = (roles[k] for k in ("actor", "rollout", "reference",
                                                                                      "critic"))
@@ -171,6 +172,11 @@ class PPOTrainer:
     # ------------------------------------------------------------------------------------------
     # Setup helpers
     # ------------------------------------------------------------------------------------------
+
+    def updates_per_step(self) -> int:
+        """Local updates (each one pass of the pipeline on its own batch) per training step: 1 here; the v1
+        trainer's separate_async makes parameter_sync_step of them, and its lr schedule counts them all."""
+        return 1
 
     def _check_world_size(self) -> None:
         """The data-parallel size: the launch's processes, or with trainer.use_ray the ranks of each worker group."""
@@ -333,7 +339,7 @@ class PPOTrainer:
             batch = batch.union(DataProto(batch={"old_log_probs": batch["rollout_log_probs"]}))
         else:
             with timer("old_log_prob", timing):
-                old = self.actor.compute_log_prob(batch)
+                old = self._compute_old_log_prob(batch)
                 metrics["actor/entropy"] = agg_loss(old["entropys"], batch["response_mask"], actor_cfg.loss_agg_mode,
                                                     loss_scale_factor=actor_cfg.loss_scale_factor).item()
                 batch = batch.union(DataProto(batch={key: old[key] for key in ("old_log_probs", "sum_pi_squared")
@@ -394,6 +400,11 @@ class PPOTrainer:
         _, zero_spread = filter_groups(batch["token_level_scores"].sum(-1), batch["uid"])
         metrics["minirl/zero_spread_group_frac"] = zero_spread / len(set(batch["uid"]))
         return metrics, batch
+
+    def _compute_old_log_prob(self, batch: DataProto) -> DataProto:
+        """pi_old's log-probs (and entropy) of the batch: the actor's current weights (verl's
+        `_compute_old_log_prob`; the v1 trainer's separate_async mode keeps the step's first weights)."""
+        return self.actor.compute_log_prob(batch)
 
     def update_rollout_weights(self, timing: dict) -> None:
         """The weight sync (verl: `checkpoint_manager.update_weights`): a no-op when the rollout shares the

@@ -304,7 +304,14 @@ def test_v1_dapo_and_resume(tmp_path):
      "bound DAPO with max_inflight_gen_batches"),
     (["algorithm.filter_groups.max_inflight_gen_batches=2"], "read only by the v1 trainer"),
     (["trainer.use_v1=true", "algorithm.filter_groups.max_inflight_gen_batches=0"], "must be >= 1"),
-    (["trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async"], "planned for Chapter 12"),
+    (["trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async", "data.train_batch_size=8"],
+     "must equal trainer.v1.separate_async.parameter_sync_step"),
+    (["trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async", "trainer.use_ray=true"],
+     "does not run on Ray worker groups"),
+    (["trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async",
+      "trainer.v1.separate_async.parameter_sync_step=0"], "parameter_sync_step must be >= 1"),
+    (["trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async",
+      "trainer.v1.separate_async.hybrid_rollout.enable_switch=true"], "lending the trainer's GPUs"),
     (["trainer.v1.trainer_mode=colocate_async"], "read only by the v1 trainer"),
     (["trainer.use_v1=true", "trainer.v1.sampler.max_off_policy_strategy=keep"], "not one of drop, wait"),
     (["trainer.use_v1=true", "trainer.v1.sampler.max_off_policy_threshold=0"], "positive integer or null"),
@@ -338,3 +345,84 @@ def test_colocate_async_trains_on_answers_from_earlier_weights_within_the_limit(
                    "trainer.v1.sampler.max_off_policy_threshold=1"], show_progress=False)
     assert sum(r["training/off_policy/evicted_samples"] for r in fresh) > 0
     assert all(r["training/off_policy/trajectory_staleness_worst/max"] == 0 for r in fresh)
+
+
+def _chain_overrides() -> list[str]:
+    from minirl import sft
+
+    return sft.train_overrides(sft.default_warm_start(sft.CHAIN_SFT, show_progress=False), sft.CHAIN_SFT)
+
+
+def test_separate_async_trains_while_its_rollout_process_runs_ahead(tmp_path):
+    """separate_async on the chain task: the rollout process answers the warm-up prompts with the first weights, so
+    later batches are one sync old; each step makes parameter_sync_step local updates (one optimizer step each),
+    never past the staleness limit; the process is gone after the run; a run resumes with its buffer. With
+    max_off_policy_threshold=1 only groups dispatched at the step itself are trained, and those were generated
+    after the last sync: staleness 0."""
+    common = [*_chain_overrides(), *QUIET, "trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async",
+              "trainer.v1.separate_async.parameter_sync_step=2", "trainer.test_freq=-1",
+              "trainer.val_before_train=false", "trainer.total_training_steps=3"]
+    run = tmp_path / "ahead"
+    ahead = train([*common, f"trainer.default_local_dir={run}", "trainer.save_freq=2"], show_progress=False)
+    assert ahead[0]["training/off_policy/trajectory_staleness/max"] == 0  # step 1: all from the first weights
+    assert max(r["training/off_policy/trajectory_staleness_worst/max"] for r in ahead) >= 1
+    assert all(r["training/off_policy/trajectory_staleness_worst/max"] <= 8 for r in ahead)
+    assert all(r["training/rollout_probs_diff_valid"] == 1.0 for r in ahead)
+    optimizer = torch.load(run / "global_step_2" / "actor_optimizer.pt", weights_only=False)["optimizer"]
+    assert {s["step"].item() for s in optimizer["state"].values()} == {4.0}  # 2 steps x 2 local updates
+    assert (run / "global_step_2" / "replay_buffer.json").exists()
+    import multiprocessing
+
+    assert not [p for p in multiprocessing.active_children() if p.name == "minirl-rollout"]
+    resumed = train([*common, f"trainer.default_local_dir={run}", "trainer.resume_mode=auto",
+                     "trainer.total_training_steps=4"], show_progress=False)
+    assert [r["step"] for r in resumed] == [4]
+
+    fresh = train([*common, f"trainer.default_local_dir={tmp_path / 'fresh'}",
+                   "trainer.v1.sampler.max_off_policy_threshold=1"], show_progress=False)
+    assert sum(r["training/off_policy/evicted_samples"] for r in fresh) > 0
+    assert all(r["training/off_policy/trajectory_staleness_worst/max"] == 0 for r in fresh)
+
+
+def test_separate_async_keeps_the_steps_first_weights_as_pi_old(tmp_path):
+    """Decoupled PPO: local update 0 computes pi_old with the weights it has and keeps them; a later local update of
+    the same step computes pi_old with those kept weights, not the ones it was updated to, and leaves the actor's
+    weights as they were."""
+    from minirl.config import load_config
+    from minirl.v1.trainer import PPOTrainerV1
+
+    config = load_config([*_chain_overrides(), *QUIET, "trainer.use_v1=true",
+                          "trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=2",
+                          f"trainer.default_local_dir={tmp_path}"])
+    trainer = PPOTrainerV1(config, show_progress=False)
+    try:
+        rows = trainer.train_rows[:2]
+        batch = trainer._prompt_batch(rows, ["a", "b"])
+        batch = trainer._generate(batch, 1, trainer._sampling(), (0,))
+        first = trainer._compute_old_log_prob(batch)["old_log_probs"]
+        model = trainer.actor.unwrapped_model
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(0.05 * torch.randn_like(parameter))
+        moved = {k: v.clone() for k, v in model.state_dict().items()}
+        trainer.local_trigger_step = 1
+        again = trainer._compute_old_log_prob(batch)["old_log_probs"]
+        assert torch.equal(again, first)
+        assert all(torch.equal(v, moved[k]) for k, v in model.state_dict().items())
+        trainer.local_trigger_step = 0  # the next step's first local update takes the moved weights
+        assert not torch.allclose(trainer._compute_old_log_prob(batch)["old_log_probs"], first)
+    finally:
+        trainer.server.shutdown()
+        trainer.agent_loops.shutdown()
+
+
+def test_local_updates_aggregate_as_verls_metrics_aggregator():
+    from minirl.v1.trainer import aggregate_local_updates
+
+    parts = [({"actor/pg_loss": 1.0, "response_length/max": 5, "response_length/min": 3, "actor/lr": 0.1,
+               "training/off_policy/evicted_samples": 2, "training/global_step": 7}, 1),
+             ({"actor/pg_loss": 4.0, "response_length/max": 9, "response_length/min": 1, "actor/lr": 0.2,
+               "training/off_policy/evicted_samples": 3, "training/global_step": 7}, 3)]
+    assert aggregate_local_updates(parts) == {"actor/pg_loss": 3.25, "response_length/max": 9,
+                                              "response_length/min": 1, "actor/lr": 0.2,
+                                              "training/off_policy/evicted_samples": 5, "training/global_step": 7}

@@ -77,7 +77,7 @@ class _Request:
     prompt_ids: list[int]
     sampling_params: dict
     seed: int
-    future: asyncio.Future
+    on_finish: Callable[[TokenOutput], None]
     token_ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
@@ -123,9 +123,15 @@ class LLMServer:
 
     async def generate(self, prompt_ids: list[int], sampling_params: dict, seed: int) -> TokenOutput:
         """Queue a request and wait for its answer (`sampling_params`: do_sample, temperature, top_p, top_k)."""
-        request = _Request(list(prompt_ids), sampling_params, seed, asyncio.get_running_loop().create_future())
-        self.waiting.append(request)
-        return await request.future
+        future = asyncio.get_running_loop().create_future()
+        self.submit(prompt_ids, sampling_params, seed, future.set_result)
+        return await future
+
+    def submit(self, prompt_ids: list[int], sampling_params: dict, seed: int,
+               on_finish: Callable[[TokenOutput], None]) -> None:
+        """Queue a request; `on_finish(answer)` is called by the `serve_pending` call that finishes it (the
+        standalone rollout process answers its requests this way, `minirl/v1/rollout_server.py`)."""
+        self.waiting.append(_Request(list(prompt_ids), sampling_params, seed, on_finish))
 
     def serve_pending(self, max_new_tokens: int | None = None) -> None:
         """Advance every waiting request by up to `max_new_tokens` tokens (None: to its end), one batched generation
@@ -156,8 +162,8 @@ class LLMServer:
                 request.log_probs += out["rollout_log_probs"][row, :n].tolist()
                 request.versions.append(self.global_steps)
                 if new[-1] == self.eos_token_id or len(request.token_ids) >= self.response_length:
-                    request.future.set_result(TokenOutput(request.token_ids, request.log_probs,
-                                                          min(request.versions), max(request.versions)))
+                    request.on_finish(TokenOutput(request.token_ids, request.log_probs,
+                                                  min(request.versions), max(request.versions)))
                 else:
                     self.waiting.append(request)
 

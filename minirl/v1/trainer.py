@@ -1,4 +1,5 @@
-"""verl 0.9.1's v1 trainer (`trainer.use_v1=true`): agent loops feed a replay buffer; sync and colocate_async.
+"""verl 0.9.1's v1 trainer (`trainer.use_v1=true`): agent loops feed a replay buffer; sync, colocate_async and
+separate_async.
 
 What changes against the legacy loop (`minirl/trainer.py`, verl's `ray_trainer.py::RayPPOTrainer.fit`):
 
@@ -21,8 +22,11 @@ legacy trainer's code: only how a batch is collected, and when the weights are s
                     the engine decodes only until train_batch_size groups are finished. The rest stay in flight
                     and resume after the weight sync with the new weights (partial rollout), so a batch holds
                     answers from earlier weights (`training/off_policy/*` measures how much).
-
-verl's third mode, `separate_async` (the rollout on its own processes), is refused for now (Chapter 12).
+    separate_async  the rollout is a process of its own (`minirl/v1/rollout_server.py`) that generates all the
+                    time, with the weights of the last sync. A step makes parameter_sync_step local updates, each
+                    on train_batch_size / parameter_sync_step groups, then sends the weights (on_step_end).
+                    pi_old of every local update is the step's first weights (verl's decoupled PPO), so the
+                    ratio pi/pi_old stays a trust region while the rollout's answers are older still.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from minirl.run_dir import CHECKPOINT_PREFIX
 from minirl.trainer import TRAIN, PPOTrainer, _seed_for
 from minirl.v1.agent_loop import AgentLoopManager, AgentLoopOutput, LLMServer, outputs_to_batch
 from minirl.v1.replay_buffer import PromptGroup, ReplayBuffer, ReplayBufferAsync, Trajectory
+from minirl.v1.rollout_server import StandaloneLLMServer
 
 # The asynchronous trainer checks the replay buffer every POLL_TOKENS decoded tokens (verl's polls every 2 s of
 # wall time; a token count keeps minirl's runs reproducible). Answers still running at the check are left in flight.
@@ -49,7 +54,8 @@ POLL_TOKENS = 4
 
 
 class PPOTrainerV1(PPOTrainer):
-    """The v1 trainer: the legacy step's maths, fed by agent loops through a replay buffer (sync or colocate_async)."""
+    """The v1 trainer: the legacy step's maths, fed by agent loops through a replay buffer (sync, colocate_async,
+    separate_async)."""
 
     SYNC_AFTER_UPDATE = False  # v1 syncs the rollout's weights in on_step_end, after the checkpoint
 
@@ -57,8 +63,19 @@ class PPOTrainerV1(PPOTrainer):
         super().__init__(config, show_progress)
         cfg = self.config
         self.mode = cfg.trainer.v1.trainer_mode
-        self.server = LLMServer(self.rollout, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id,
-                                cfg.data.max_response_length)
+        self.local_trigger_step = 0  # which local update of the step is running (separate_async)
+        self._pi_old: dict[str, torch.Tensor] | None = None  # the step's first weights (separate_async)
+        if self.mode == "separate_async" and self.world > 1:
+            raise ValueError("trainer.v1.trainer_mode=separate_async takes a process of its own for the rollout; "
+                             f"launch the trainer as one process (this launch has {self.world}): 1 rollout + 1 "
+                             "trainer process")
+        if self.mode == "separate_async":  # the rollout in its own process, with its own copy of the weights
+            self.server = StandaloneLLMServer(self.model_path, cfg.actor_rollout_ref.rollout.dtype,
+                                              self.tokenizer.pad_token_id, self.tokenizer.eos_token_id,
+                                              cfg.data.max_response_length)
+        else:
+            self.server = LLMServer(self.rollout, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id,
+                                    cfg.data.max_response_length)
         self.agent_loops = AgentLoopManager(self.server, self.tokenizer, cfg.data.max_prompt_length,
                                             cfg.data.truncation)
         dapo = cfg.algorithm.filter_groups
@@ -67,7 +84,7 @@ class PPOTrainerV1(PPOTrainer):
             self.replay_buffer = ReplayBuffer(
                 self._run_groups, self._add_prompts_to_generate, cfg.data.train_batch_size, metric,
                 dapo.max_inflight_gen_batches, max_prompts_per_sample=len(self.train_rows))
-        else:  # colocate_async
+        else:  # colocate_async, separate_async
             sampler = cfg.trainer.v1.sampler
             self.replay_buffer = ReplayBufferAsync(
                 lambda ready: self.agent_loops.drive(ready, max_new_tokens=POLL_TOKENS), self._score_done_groups,
@@ -76,12 +93,19 @@ class PPOTrainerV1(PPOTrainer):
         self.dispatches: dict[int, int] = {}  # step -> prompt dispatches made at it (each has its own seeds)
         self.session_outputs: dict[str, list] = {}  # uid -> its sessions' outputs, as they finish
 
+    def updates_per_step(self) -> int:
+        """separate_async: parameter_sync_step local updates per step (verl: the lr schedule counts them all)."""
+        v1 = self.config.trainer.v1
+        return v1.separate_async.parameter_sync_step if v1.trainer_mode == "separate_async" else 1
+
     def fit(self) -> list[dict[str, float]]:
         """Train as the legacy trainer's `fit`, with v1's hooks; answers still in flight at the end are dropped."""
         try:
             return super().fit()
         finally:
             self.agent_loops.shutdown()
+            if self.mode == "separate_async":
+                self.server.shutdown()
 
     # ------------------------------------------------------------------------------------------
     # Hooks (verl's PPOTrainerSync and PPOTrainerColocateAsync)
@@ -89,14 +113,18 @@ class PPOTrainerV1(PPOTrainer):
 
     def on_init_end(self) -> None:
         """The first weight sync: the engine gets the actor's weights, version = the (resumed) step."""
-        self.rollout.update_weights()  # an engine with its own copy takes the actor's (a resumed one too)
-        self.server.global_steps = self.global_step
+        if self.mode == "separate_async":
+            self.server.update_weights(self.actor.unwrapped_model.state_dict(), self.global_step)
+        else:
+            self.rollout.update_weights()  # an engine with its own copy takes the actor's (a resumed one too)
+            self.server.global_steps = self.global_step
 
     def on_train_begin(self) -> None:
-        """colocate_async: dispatch num_warmup_batches train batches of prompts ahead of the first step (fewer by
+        """Async modes: dispatch num_warmup_batches train batches of prompts ahead of the first step (fewer by
         the groups a resumed run brought back), so the rollout runs ahead of the trainer."""
-        if self.mode == "colocate_async":
-            warmup = int(self.config.trainer.v1.colocate_async.num_warmup_batches * self.config.data.train_batch_size)
+        if self.mode != "sync":
+            warmup_batches = getattr(self.config.trainer.v1, self.mode).num_warmup_batches
+            warmup = int(warmup_batches * self.config.data.train_batch_size)
             if warmup - len(self.replay_buffer) > 0:
                 self._add_prompts_to_generate(warmup - len(self.replay_buffer), step=self.global_step + 1)
 
@@ -110,7 +138,12 @@ class PPOTrainerV1(PPOTrainer):
 
     def on_step_end(self, timing: dict) -> None:
         """The weight sync, after the checkpoint: the engine's version becomes this step (verl's colocate_async
-        then resumes the aborted requests, which continue with the new weights)."""
+        then resumes the aborted requests, which continue with the new weights; separate_async's rollout
+        process loads them between two chunks of tokens)."""
+        if self.mode == "separate_async":
+            with timer("update_weights", timing):
+                self.server.update_weights(self.actor.unwrapped_model.state_dict(), self.global_step)
+            return
         if self._actor_turn():
             self.update_rollout_weights(timing)
         self.server.global_steps = self.global_step
@@ -137,7 +170,7 @@ class PPOTrainerV1(PPOTrainer):
                   for i, (row, position) in enumerate(zip(rows, positions))]
         for group in groups:
             self.replay_buffer.add(group)
-        if self.mode == "colocate_async":
+        if self.mode != "sync":
             self._start_groups(groups)
 
     def _start_groups(self, groups: list[PromptGroup]) -> None:
@@ -191,13 +224,45 @@ class PPOTrainerV1(PPOTrainer):
     # The step's batch: sample whole groups from the replay buffer
     # ------------------------------------------------------------------------------------------
 
+    def train_step(self, timing: dict) -> tuple[dict[str, float], DataProto]:
+        """verl's `PPOTrainer.step`: dispatch train_batch_size prompts (prepare_step), then parameter_sync_step
+        local updates (1 but in separate_async), each sampling its share of groups and running the legacy
+        pipeline on them. Returns the local updates' metrics, aggregated as verl's MetricsAggregator does, and
+        their batches' lengths (for the timing and throughput metrics)."""
+        self._add_prompts_to_generate(self.config.data.train_batch_size)
+        parts = []
+        for trigger in range(self.updates_per_step()):
+            self.local_trigger_step = trigger
+            parts.append(super().train_step(timing))
+        metrics, batch = parts[0] if len(parts) == 1 else (
+            aggregate_local_updates([(m, len(b)) for m, b in parts]), lengths_batch([b for _, b in parts]))
+        if self.mode == "separate_async":  # minirl's: how long the rollout process generated since the last step
+            metrics["minirl/rollout_busy_s"] = self.server.take_busy_seconds()
+        return metrics, batch
+
+    def _compute_old_log_prob(self, batch: DataProto) -> DataProto:
+        """separate_async: every local update of a step computes pi_old with the step's first weights (verl's
+        `PPOTrainerSeparateAsync._compute_old_log_prob`: save them at local update 0, swap them in after)."""
+        if self.mode != "separate_async" or self.updates_per_step() == 1:
+            return super()._compute_old_log_prob(batch)
+        model = self.actor.unwrapped_model
+        current = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if self.local_trigger_step == 0:
+            self._pi_old = current
+            return super()._compute_old_log_prob(batch)
+        model.load_state_dict(self._pi_old)
+        try:
+            return super()._compute_old_log_prob(batch)
+        finally:
+            model.load_state_dict(current)
+
     def _collect_batch(self, timing: dict, metrics: dict) -> tuple[DataProto, int]:
-        """Dispatch train_batch_size prompts (verl's prepare_step), then sample as many finished groups."""
+        """Sample this local update's finished groups (train_batch_size / parameter_sync_step of them)."""
         cfg = self.config
-        self._add_prompts_to_generate(cfg.data.train_batch_size)
         with timer("gen", timing):  # verl: on_sample_begin + the wait in the buffer + on_sample_end
             self.on_sample_begin()
-            groups, buffer_metrics = self.replay_buffer.sample(self.global_step, cfg.data.train_batch_size)
+            groups, buffer_metrics = self.replay_buffer.sample(
+                self.global_step, cfg.data.train_batch_size // self.updates_per_step())
             self.on_sample_end()
         metrics.update(buffer_metrics)
         trajectories = [t for group in groups for t in group.trajectories]
@@ -212,12 +277,12 @@ class PPOTrainerV1(PPOTrainer):
         return batch, (self.global_step - 1) // self.steps_per_epoch
 
     # ------------------------------------------------------------------------------------------
-    # Checkpoints: colocate_async also keeps the replay buffer (verl saves its TransferQueue)
+    # Checkpoints: the async modes also keep the replay buffer (verl saves its TransferQueue)
     # ------------------------------------------------------------------------------------------
 
     def _write_checkpoint(self) -> Path:
         tmp = super()._write_checkpoint()
-        if self.mode == "colocate_async" and self.accelerator.is_main_process:
+        if self.mode != "sync" and self.accelerator.is_main_process:
             state = [{"uid": g.uid, "row": g.row, "dispatch_step": g.dispatch_step, "seeds": g.seeds,
                       "finished": g.status == "finished",
                       "trajectories": [{"session_id": t.session_id, "output": dataclasses.asdict(t.output),
@@ -228,12 +293,12 @@ class PPOTrainerV1(PPOTrainer):
         return tmp
 
     def load_checkpoint(self) -> bool:
-        """Resume; colocate_async also restores the buffer: finished groups as they were, groups that were in flight
+        """Resume; the async modes also restore the buffer: finished groups as they were, groups that were in flight
         dispatched again from their prompt at the next step (verl's `_reissue_inflight_prompts`: a partial answer is
         not kept)."""
         resumed = super().load_checkpoint()
         path = self.run_dir / f"{CHECKPOINT_PREFIX}{self.global_step}" / REPLAY_BUFFER_FILE
-        if resumed and self.mode == "colocate_async" and path.exists():
+        if resumed and self.mode != "sync" and path.exists():
             reissued = []
             for saved in json.loads(path.read_text()):
                 group = PromptGroup(saved["uid"], saved["row"], saved["dispatch_step"], saved["seeds"])
@@ -251,6 +316,51 @@ class PPOTrainerV1(PPOTrainer):
 
 
 REPLAY_BUFFER_FILE = "replay_buffer.json"
+
+# verl's MetricsAggregator (trainer/ppo/v1/utils.py) reduces the local updates' metrics by name: these are summed,
+# these keep the last value, and otherwise a name with max/min/sum/total takes that, and the rest are averaged,
+# weighted by each update's rows.
+SUMMED = {f"training/{kind}/evicted_samples" for kind in ("off_policy", "filter_groups", "rollout_failure")} | {
+    "training/filter_groups/discarded_surplus_samples"}
+LAST = {"training/global_step", "training/rollout_probs_diff_valid"}
+
+
+def aggregate_local_updates(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """One step's metrics from its local updates' (metrics, rows) (verl: `MetricsAggregator`)."""
+    values: dict[str, list[tuple[float, int]]] = {}
+    for metrics, rows in parts:
+        for key, value in metrics.items():
+            values.setdefault(key, []).append((float(value), rows))
+    out = {}
+    for key, pairs in values.items():
+        numbers, lower = [v for v, _ in pairs], key.lower()
+        if key in LAST or lower.endswith("/lr") or lower.endswith("_lr"):
+            out[key] = numbers[-1]
+        elif key in SUMMED:
+            out[key] = sum(numbers)
+        elif "max" in lower:
+            out[key] = max(numbers)
+        elif "min" in lower:
+            out[key] = min(numbers)
+        elif "sum" in lower or "total" in lower:
+            out[key] = sum(numbers)
+        else:
+            weight = sum(r for _, r in pairs)
+            out[key] = sum(v * r for v, r in pairs) / weight if weight else sum(numbers) / len(numbers)
+    return out
+
+
+def lengths_batch(batches: list[DataProto]) -> DataProto:
+    """The rows of several batches, reduced to what the timing and throughput metrics read (responses and the
+    attention mask; each batch's prompt side left-padded to the widest)."""
+    width = max(b["prompts"].shape[1] for b in batches)
+    masks = []
+    for b in batches:
+        prompt_mask = b["attention_mask"][:, :b["prompts"].shape[1]]
+        pad = torch.zeros((len(b), width - prompt_mask.shape[1]), dtype=prompt_mask.dtype)
+        masks.append(torch.cat([pad, prompt_mask, b["attention_mask"][:, b["prompts"].shape[1]:]], dim=1))
+    return DataProto(batch={"responses": torch.cat([b["responses"] for b in batches]),
+                            "attention_mask": torch.cat(masks)})
 
 
 def _plain(value):
