@@ -28,6 +28,51 @@ import numpy as np
 from minirl.v1.agent_loop import AgentLoopOutput
 
 
+def dapo_evictions(values_by_uid: dict[str, list[float]], mode: str) -> tuple[list[str], int]:
+    """DAPO's group filter inside the replay buffer: which finished groups leave, and how many prompts replace them.
+
+    A group is evicted when it has more than one answer and no spread in the filter metric (np.std == 0: every
+    answer right, or every answer wrong), since GRPO gives such a group zero advantage. Sync mode dispatches two new
+    prompts per evicted group (refill 2k), the async modes one (refill k).
+
+    Args:
+        values_by_uid: uid -> the filter metric of each answer of that finished group, in dispatch order.
+        mode: "sync", "colocate_async" or "separate_async".
+    Returns:
+        (the evicted uids, in the order given; the number of prompts to dispatch in their place).
+    (verl 0.9.1: `trainer/ppo/v1/replay_buffer.py::ReplayBuffer._dapo_filtered_keys` and the refill in `sample`.)
+    """
+    if mode not in ("sync", "colocate_async", "separate_async"):
+        raise ValueError(f"mode={mode!r} is not one of sync, colocate_async, separate_async")
+    evicted = [uid for uid, values in values_by_uid.items() if len(values) > 1 and float(np.std(values)) == 0.0]
+    return evicted, (2 if mode == "sync" else 1) * len(evicted)
+
+
+def stale_evictions(groups: list[tuple[str, int, bool]], global_steps: int, threshold: int | None,
+                    strategy: str) -> tuple[list[str], bool]:
+    """The staleness bound of the async replay buffer, at one poll of step `global_steps`.
+
+        span = global_steps - dispatch_step + 1        steps a group has lived, counting both ends
+
+    strategy "drop": every finished group with span > threshold is evicted (the trainer replaces it with a new
+    prompt); groups still in flight are never evicted. strategy "wait": nothing is evicted, but sampling holds while
+    a group in flight has span >= threshold, so it can finish and be trained before it would be too old.
+    threshold None: no bound.
+
+    Args:
+        groups: (uid, dispatch_step, finished) for every group in the buffer.
+    Returns:
+        (the evicted uids, in the order given; whether sampling must wait).
+    (verl 0.9.1: `trainer/ppo/v1/replay_buffer.py::ReplayBufferAsync._stale_terminal_keys`, `_has_enough_samples`.)
+    """
+    if threshold is None:
+        return [], False
+    span = {uid: global_steps - step + 1 for uid, step, _ in groups}
+    if strategy == "drop":
+        return [uid for uid, _, finished in groups if finished and span[uid] > threshold], False
+    return [], any(not finished and span[uid] >= threshold for uid, _, finished in groups)
+
+
 @dataclass
 class Trajectory:
     """One session of a group: its agent-loop output, its score and the reward function's extra values."""
@@ -86,18 +131,23 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return len(self.groups)
 
-    def _zero_spread(self, group: PromptGroup) -> bool:
-        """DAPO's test: more than one trajectory and no spread in the filter metric (np.std == 0)."""
+    def _filter_values(self, group: PromptGroup) -> list[float]:
+        """The filter metric of each answer of a finished group."""
         if self.filter_groups_metric == "reward":
-            values = [t.score for t in group.trajectories]
-        else:
-            try:
-                values = [float(t.extra[self.filter_groups_metric]) for t in group.trajectories]
-            except KeyError:
-                raise ValueError(f"algorithm.filter_groups.metric={self.filter_groups_metric!r}: the reward function "
-                                 "returns no such value. Use reward, or a key your compute_score returns in its "
-                                 "dict (e.g. acc).") from None
-        return len(values) > 1 and float(np.std(values)) == 0.0
+            return [t.score for t in group.trajectories]
+        try:
+            return [float(t.extra[self.filter_groups_metric]) for t in group.trajectories]
+        except KeyError:
+            raise ValueError(f"algorithm.filter_groups.metric={self.filter_groups_metric!r}: the reward function "
+                             "returns no such value. Use reward, or a key your compute_score returns in its "
+                             "dict (e.g. acc).") from None
+
+    def _dapo_evictions(self, groups: list[PromptGroup], mode: str) -> tuple[list[PromptGroup], int]:
+        """`dapo_evictions` on buffer groups (none without DAPO)."""
+        if self.filter_groups_metric is None:
+            return [], 0
+        evicted, refill = dapo_evictions({g.uid: self._filter_values(g) for g in groups}, mode)
+        return [self.groups[uid] for uid in evicted], refill
 
     def sample(self, global_steps: int, batch_size: int) -> tuple[list[PromptGroup], dict[str, float]]:
         """Take `batch_size` finished groups, oldest dispatch first, generating (and with DAPO refilling) as
@@ -117,7 +167,7 @@ class ReplayBuffer:
             if pending:  # the agent loops run while the trainer waits here
                 self.generate_fn(pending)
                 dispatched += len(pending)
-            evicted = [g for g in pending if filtering and self._zero_spread(g)]
+            evicted, refill = self._dapo_evictions(pending, "sync")
             for group in evicted:
                 del self.groups[group.uid]
             if filtering:
@@ -128,7 +178,7 @@ class ReplayBuffer:
                 if enough:
                     draining, refill_credit = True, 0
                 elif not draining:
-                    refill_credit += 2 * len(evicted)  # sync DAPO refills two prompts per evicted group
+                    refill_credit += refill  # sync DAPO refills two prompts per evicted group
                 in_flight = sum(g.status == "pending" for g in self.groups.values())
                 dispatch = min(refill_credit, self.max_inflight_gen_batches * self.train_batch_size - in_flight)
                 if not draining and dispatch > 0:
@@ -180,12 +230,15 @@ class ReplayBufferAsync(ReplayBuffer):
         score_fn(): scores the groups whose sessions have all finished (status "done" -> "finished").
         refill_fn(count): dispatches `count` new prompts (started at once).
         max_off_policy_threshold: None switches staleness control off.
+        mode: colocate_async or separate_async (both refill DAPO's evictions one for one).
     """
 
     def __init__(self, drive_fn: Callable[[Callable[[], bool]], None], score_fn: Callable[[], None],
                  refill_fn: Callable[[int], None], train_batch_size: int, filter_groups_metric: str | None = None,
-                 max_off_policy_threshold: int | None = 8, max_off_policy_strategy: str = "drop"):
+                 max_off_policy_threshold: int | None = 8, max_off_policy_strategy: str = "drop",
+                 mode: str = "colocate_async"):
         super().__init__(lambda groups: None, refill_fn, train_batch_size, filter_groups_metric)
+        self.mode = mode
         if max_off_policy_threshold is not None and max_off_policy_threshold < 1:
             raise ValueError("trainer.v1.sampler.max_off_policy_threshold must be a positive integer or null (got "
                              f"{max_off_policy_threshold})")
@@ -213,19 +266,20 @@ class ReplayBufferAsync(ReplayBuffer):
 
         def ready() -> bool:  # the trainer's poll
             self.score_fn()
-            finished = [g for g in self.groups.values() if g.status == "finished"]
-            stale = [g for g in finished if self.strategy == "drop" and self.threshold is not None
-                     and self._span(g, global_steps) > self.threshold]
-            spread_less = [g for g in finished if self.filter_groups_metric is not None and g not in stale
-                           and self._zero_spread(g)]
+            stale_uids, hold = stale_evictions([(g.uid, g.dispatch_step, g.status == "finished")
+                                                for g in self.groups.values()], global_steps, self.threshold,
+                                               self.strategy)
+            stale = [self.groups[uid] for uid in stale_uids]
+            finished = [g for g in self.groups.values() if g.status == "finished" and g.uid not in stale_uids]
+            spread_less, refill = self._dapo_evictions(finished, self.mode)
             for group in stale + spread_less:
                 del self.groups[group.uid]
             evicted_spans.extend(self._span(g, global_steps) for g in stale)
             filtered[0] += len(spread_less)
             if stale or spread_less:
-                self.refill_fn(len(stale) + len(spread_less))  # async refills one for one
+                self.refill_fn(len(stale) + refill)  # async refills one for one
                 return False
-            return self._has_enough(global_steps, batch_size)
+            return not hold and sum(g.status == "finished" for g in self.groups.values()) >= batch_size
 
         while True:
             self.drive_fn(ready)
@@ -247,9 +301,3 @@ class ReplayBufferAsync(ReplayBuffer):
             metrics["training/filter_groups/evicted_samples"] = filtered[0]
         return taken, metrics
 
-    def _has_enough(self, global_steps: int, batch_size: int) -> bool:
-        """Enough finished groups, and (strategy "wait") no in-flight group at the staleness limit."""
-        if self.strategy == "wait" and self.threshold is not None and any(
-                self._span(g, global_steps) >= self.threshold for g in self.in_flight()):
-            return False
-        return sum(g.status == "finished" for g in self.groups.values()) >= batch_size

@@ -89,7 +89,7 @@ class PPOTrainerV1(PPOTrainer):
             self.replay_buffer = ReplayBufferAsync(
                 lambda ready: self.agent_loops.drive(ready, max_new_tokens=POLL_TOKENS), self._score_done_groups,
                 self._add_prompts_to_generate, cfg.data.train_batch_size, metric, sampler.max_off_policy_threshold,
-                sampler.max_off_policy_strategy)
+                sampler.max_off_policy_strategy, self.mode)
         self.dispatches: dict[int, int] = {}  # step -> prompt dispatches made at it (each has its own seeds)
         self.session_outputs: dict[str, list] = {}  # uid -> its sessions' outputs, as they finish
 
