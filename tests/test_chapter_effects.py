@@ -335,3 +335,24 @@ def test_chapter11_one_ratio_per_answer_is_steadier_the_longer_the_answer():
     print(f"MEASURED ch11 short/long std sum {seq_sum[short].std():.3f}/{seq_sum[long].std():.3f} mean "
           f"{seq_mean[short].std():.4f}/{seq_mean[long].std():.4f} clipped tokens {token_share:.3f} answers "
           f"{answer_share:.3f} outside GSPO range {outside:.3f}")
+
+
+def test_chapter12_a_rollout_further_ahead_trains_older_answers_further_from_the_sampler(tmp_path):
+    """Chapter 12, section 4: separate_async's rollout process starts num_warmup_batches ahead, so the trained
+    answers' oldest weights are exactly that many syncs old (the bound is structural: a batch is dispatched after
+    the sync num_warmup_batches steps earlier), and the gap between pi_old and the sampler grows with it (chapter,
+    3 seeds: staleness 1 -> 2, rollout_corr/kl 0.0009 -> 0.0038)."""
+    from minirl.sft import CHAIN_SFT, train_overrides
+
+    base = [*train_overrides(default_warm_start(CHAIN_SFT, show_progress=False), CHAIN_SFT),
+            "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "actor_rollout_ref.actor.optim.lr=2e-4", "trainer.total_training_steps=6", "trainer.test_freq=-1",
+            "trainer.val_before_train=false", "trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async",
+            "trainer.v1.separate_async.parameter_sync_step=2"]
+    one = run(tmp_path, *base, name="one_ahead")
+    two = run(tmp_path, *base, "trainer.v1.separate_async.num_warmup_batches=2", name="two_ahead")
+    worst = [max(r["training/off_policy/trajectory_staleness_worst/max"] for r in h) for h in (one, two)]
+    kl = [sum(r["rollout_corr/kl"] for r in h[2:]) / len(h[2:]) for h in (one, two)]
+    print(f"MEASURED ch12_staleness_worst {worst}\nMEASURED ch12_rollout_corr_kl {kl[0]:.4f} {kl[1]:.4f}")
+    assert worst == [1, 2], worst
+    assert kl[1] > kl[0], kl

@@ -62,6 +62,7 @@ ANSWERS = {
                       "single_controller.collect_dp_compute_data_proto"],
     "11_policy_losses": ["sequence_ratio.compute_policy_loss_gspo", "entropy_cov.clip_cov_selection",
                          "opo.compute_opo_outcome_advantage"],
+    "12_v1_trainer": ["replay_buffer.dapo_evictions", "replay_buffer.stale_evictions"],
     "lab_a_gsm8k": ["data.gsm8k_rows", "rewards.compute_gsm8k_score"],
     "lab_d_grpo_config": ["batch_math.step_arithmetic"],
 }
