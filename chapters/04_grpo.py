@@ -325,7 +325,7 @@ for label, runs in results.items():  # the right panel: mean of the first and of
 # | `data.train_batch_size` | `1024` | prompts per step, so 1024 × 5 responses |
 # | `data.max_prompt_length` / `max_response_length` | `1024` / `2048` | token budgets of a prompt and of a response |
 # | `data.filter_overlong_prompts` | `True` | drop prompts longer than `max_prompt_length` from the dataset before training |
-# | `data.truncation` | `'error'` | an over-long prompt is an error; after the filter, none is left |
+# | `data.truncation` | `'error'` | stored but not applied by verl 0.9.1: its agent loop cuts an over-long prompt from the left and logs a warning (minirl raises the error: `minirl/README.md`, item 20); after the filter, none is left |
 # | `actor_rollout_ref.model.path` | `Qwen/Qwen3-8B` | the policy, which also starts the reference model |
 # | `actor_rollout_ref.model.use_remove_padding`, `enable_gradient_checkpointing` | `True`, `True` | speed and memory: pack sequences without padding; recompute activations in the backward pass |
 # | `actor_rollout_ref.actor.optim.lr` | `1e-6` | small, for an 8B model (minirl's tiny model uses 1e-4) |

@@ -394,7 +394,8 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 # (`ReplayBuffer.sample`: it drops groups as they finish and asks for fresh prompts to replace them).
 # The legacy `RayPPOTrainer.fit()` that minirl mirrors has no dynamic sampling; the DAPO recipe (now in
 # the separate verl-recipe repository) had its own `RayDAPOTrainer.fit`, a loop of whole generation
-# batches. minirl keeps that loop (`filter_groups`, then generate again until the batch is full). The two
+# batches. minirl's legacy trainer keeps that loop (`filter_groups`, then generate again until the batch is
+# full); minirl's v1 trainer (`trainer.use_v1=true`, [Chapter 12](12_v1_trainer.ipynb)) has the buffer. The two
 # differ in their limit. The recipe's loop, and minirl's, stop with an error after
 # `filter_groups.max_num_gen_batches` rounds. The v1 buffer ignores that key (it logs a warning that says
 # so); its only limit is `filter_groups.max_inflight_gen_batches`, how many prompt batches (in units of
@@ -408,8 +409,8 @@ print("answers generated:", {label: int(np.mean([generated(r)[-1] for r in seeds
 # | `actor_rollout_ref.actor.clip_ratio_low` / `clip_ratio_high` | `0.2` / `0.2` | `0.2` / `0.28` | the PPO clip below and above 1 |
 # | `algorithm.filter_groups.enable` | `False` | `True` | dynamic sampling |
 # | `algorithm.filter_groups.metric` | `reward` in 0.9.1 | `acc` | the per-answer value whose spread decides |
-# | `algorithm.filter_groups.max_num_gen_batches` | `0` (no limit) | `10` | give up after this many generation rounds: the DAPO recipe's trainer and minirl (verl 0.9.1's v1 buffer ignores it with a warning; the legacy trainer has no dynamic sampling) |
-# | `algorithm.filter_groups.max_inflight_gen_batches` | `1` | not set | v1 only: how many prompt batches (in `data.train_batch_size` units) may be generating at once while the buffer refills; it bounds concurrency, not the total (minirl accepts it without effect: its loop generates one batch at a time) |
+# | `algorithm.filter_groups.max_num_gen_batches` | `0` (no limit) | `10` | give up after this many generation rounds: the DAPO recipe's trainer and minirl's legacy trainer (verl 0.9.1's v1 buffer ignores it with a warning, and minirl's v1 refuses it; verl's legacy trainer has no dynamic sampling) |
+# | `algorithm.filter_groups.max_inflight_gen_batches` | `1` | not set | v1 only: how many prompt batches (in `data.train_batch_size` units) may be generating at once while the buffer refills; it bounds concurrency, not the total (minirl's v1 applies it; its legacy trainer refuses a value other than 1) |
 # | `reward.reward_manager.name` | `naive` | `dapo` | the manager that adds the overlong penalty |
 # | `reward.reward_kwargs.overlong_buffer_cfg.enable`, `.len`, `.penalty_factor`, `.log` | absent | `True`, `4096`, `1.0`, `False` | the penalty zone and its depth (verl's scripts add them with `+`) |
 # | `reward.reward_kwargs.max_resp_len` | absent | `data.max_response_length` | where the zone ends |

@@ -548,6 +548,7 @@ for function in (sequence_ratio.compute_policy_loss_gspo, entropy_cov.clip_cov_s
 # %% [markdown]
 # ## 9. Where next
 #
+# - [Chapter 1 · PPO](01_ppo.ipynb): the clip every loss here modifies.
 # - [Chapter 5 · DAPO](05_dapo.ipynb): clip-higher, the other answer to clipped rare tokens and entropy collapse.
 # - [Lab C · Reading the metrics](lab_c_metrics.ipynb): what `pg_clipfrac`, `ppo_kl` and entropy look like when
 #   training goes wrong.

@@ -514,6 +514,7 @@ for function in (replay_buffer.dapo_evictions, replay_buffer.stale_evictions):
 # - [Chapter 9 · Rollout correction](09_rollout_corr.ipynb): the IS weights and rejection that make stale batches
 #   usable.
 # - [Chapter 10 · HybridFlow](10_hybridflow.ipynb): worker groups, colocation and the weight sync.
+# - [Chapter 5 · DAPO](05_dapo.ipynb): the group filter that now lives in the replay buffer (exercise 12.1).
 # - [Lab C · Reading the metrics](lab_c_metrics.ipynb): `rollout_probs_diff_*` and `rollout_corr/*` on a live run.
 # - Back to [the reading map](index.md).
 

@@ -127,7 +127,7 @@ print(json.dumps({k: round(v, 3) for k, v in last.items() if "answer_chars" in k
 # looks the name up in its reward loop's registry (`verl/experimental/reward_loop/reward_manager/registry.py`):
 # `naive`, `dapo`, `gdpo`, `rate_limited` and `remote`. `prime` and `batch`, which older scripts name, exist only
 # in the older `verl/workers/reward_manager/` registry, and 0.9.1 stops with `Unknown reward manager`. minirl
-# has `naive` and `dapo` and refuses the other names.
+# has `naive`, `dapo` and `gdpo` and refuses the other names.
 #
 # ## 2. Five patterns, and how each one fails
 #

@@ -86,8 +86,8 @@ print("\nresolved by minirl: adv_estimator", script.algorithm.adv_estimator,
 # | `data.train_batch_size` | `1024` | `1024` | same, default 32 | prompts per step (section 2) |
 # | `data.max_prompt_length` | `1024` | `512` | same, default 32 | the prompt budget in tokens; memory grows with it |
 # | `data.max_response_length` | `2048` | `512` | same, default 20 | the response budget: too small cuts reasoning off (watch `response_length/clip_ratio`), large costs generation time and memory |
-# | `data.filter_overlong_prompts` | `True` | `False` | same | drops over-long prompts from the dataset at start, so `truncation=error` never fires |
-# | `data.truncation` | `error` | `error` | same | what to do with an over-long prompt: `error`, `left`, `right`, `middle` |
+# | `data.filter_overlong_prompts` | `True` | `False` | same | drops over-long prompts from the dataset at start, so none reaches the rollout |
+# | `data.truncation` | `error` | `error` | same | what to do with an over-long prompt: `error`, `left`, `right`, `middle`. verl 0.9.1 stores it but its agent loop cuts from the left with a warning; minirl applies it (`minirl/README.md`, item 20) |
 #
 # **The model and the optimiser**
 #

@@ -118,3 +118,19 @@ def test_chapters_link_the_labs_the_reading_map_recommends():
         for lab in labs:
             assert f"]({lab}.ipynb)" in row, f"{chapter}'s Where next does not link {lab}"
             assert f"]({lab}.ipynb)" in index, f"the reading map does not link {lab}"
+
+
+def test_a_chapters_two_where_next_lists_agree():
+    """The five answers' "Where next" and the chapter's closing "Where next" section link the same pages (a
+    reader who follows either gets the same advice)."""
+    import re
+
+    link = re.compile(r"\]\(([\w.]+\.ipynb)\)")
+    for path in sorted((REPO / "chapters").glob("[0-9][0-9]_*.py")):
+        text = path.read_text()
+        row = next((line for line in text.splitlines() if line.startswith("# | **Where next** |")), None)
+        section = re.search(r"^# ## \d+\. Where next\n(.*?)(?=^# %%|\Z)", text, re.MULTILINE | re.DOTALL)
+        if row is None or section is None:
+            continue
+        assert set(link.findall(row)) == set(link.findall(section.group(1))), (
+            path.name, sorted(set(link.findall(row)) ^ set(link.findall(section.group(1)))))
