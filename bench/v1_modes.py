@@ -7,8 +7,9 @@ one run per seed, one after the other (so no two runs share the cores). One proc
 data-parallel processes (accelerate, gloo), which uses both cores as separate_async does (1 rollout + 1 trainer
 process; parameter_sync_step=2 keeps the legacy run's 2 optimizer steps per step). Reports per mode, over
 seeds: the median `timing_s/gen` and `timing_s/step` (first step left out), tokens per second over all the run's
-cores (`perf/total_num_tokens / perf/time_per_step`: verl's `perf/throughput` divides by the trainer's processes), the staleness of what was trained (`training/off_policy/trajectory_staleness/mean`,
-the largest `trajectory_spans/max`), and validation accuracy (8 sampled answers on 40 held-out prompts) at step
+cores (`perf/total_num_tokens / perf/time_per_step`: verl's `perf/throughput` divides by the trainer's
+processes), the staleness of what was trained (`training/off_policy/trajectory_staleness/mean`, the largest
+`trajectory_spans/max`), and validation accuracy (8 sampled answers on 40 held-out prompts) at step
 0, the middle and the end, with the wall-clock seconds to the end.
 """
 

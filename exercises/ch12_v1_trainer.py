@@ -11,8 +11,6 @@ Grade all:   make grade
 Grade one:   make grade EX=12.1   (or .venv/bin/python -m pytest tests/exercises/test_ch12_v1_trainer.py -k dapo)
 """
 
-import numpy as np
-
 
 def dapo_evictions(values_by_uid: dict[str, list[float]], mode: str) -> tuple[list[str], int]:
     """Exercise 12.1: DAPO's group filter, as the v1 replay buffer runs it on finished groups.

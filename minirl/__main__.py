@@ -75,7 +75,8 @@ def _run(argv: list[str] | None) -> int:
         try:
             config = load_config(rest)
             trainer = (f"the v1 trainer, {config.trainer.v1.trainer_mode} mode (minirl/v1/trainer.py; verl's "
-                       "trainer/ppo/v1/)" if config.trainer.use_v1 else "the legacy trainer (minirl/trainer.py; verl's RayPPOTrainer.fit)")
+                       "trainer/ppo/v1/)" if config.trainer.use_v1
+                       else "the legacy trainer (minirl/trainer.py; verl's RayPPOTrainer.fit)")
             print(f"# this line trains with {trainer}\n{to_yaml(config)}", end="")
         except ValueError as error:
             _say_error(error)

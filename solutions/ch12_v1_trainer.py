@@ -9,8 +9,6 @@ Grade all:   make grade
 Grade one:   make grade EX=12.1   (or .venv/bin/python -m pytest tests/exercises/test_ch12_v1_trainer.py -k dapo)
 """
 
-import numpy as np
-
 
 def dapo_evictions(values_by_uid: dict[str, list[float]], mode: str) -> tuple[list[str], int]:
     """Exercise 12.1: DAPO's group filter, as the v1 replay buffer runs it on finished groups.
@@ -36,6 +34,8 @@ def dapo_evictions(values_by_uid: dict[str, list[float]], mode: str) -> tuple[li
     Hint: float(np.std(values)) == 0.0.
     """
     # BEGIN SOLUTION
+    import numpy as np
+
     if mode not in ("sync", "colocate_async", "separate_async"):
         raise ValueError(f"mode={mode!r} is not one of sync, colocate_async, separate_async")
     evicted = [uid for uid, values in values_by_uid.items() if len(values) > 1 and float(np.std(values)) == 0.0]
