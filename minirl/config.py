@@ -97,6 +97,40 @@ class ValKwargsConfig:
 
 
 @dataclass
+class MultiTurnConfig:
+    """The tool loop's settings (verl: `actor_rollout_ref.rollout.multi_turn`; read by the v1 trainer's
+    `tool_agent` loop, minirl/v1/tool_agent_loop.py)."""
+
+    enable: bool = False
+    """verl 0.9.1 sets it into the batch's meta_info and never reads it: the loop a row runs is chosen by its
+    agent_name (or agent.default_agent_loop). Accepted for verl's lines."""
+    max_assistant_turns: int | None = None
+    """Model turns per conversation; null = no limit (the response budget still ends it)."""
+    max_user_turns: int | None = None
+    """Tool turns per conversation; null = no limit."""
+    max_parallel_calls: int = 1
+    """Calls run from one model turn; the rest are dropped."""
+    max_tool_response_length: int = 256
+    """A tool result longer than this many characters is cut."""
+    tool_response_truncate_side: str = "middle"
+    """Where a long tool result is cut: left (keep its end), right (keep its start), middle."""
+    format: str = "hermes"
+    """How tool calls are written: hermes (<tool_call>{"name": ..., "arguments": {...}}</tool_call>)."""
+    tool_config_path: str | None = None
+    """YAML file of BaseTool classes with their OpenAI schemas (minirl.tools.BaseTool)."""
+    function_tool_path: str | None = None
+    """Python file of @minirl.tools.function_tool functions (schemas inferred from signature and docstring)."""
+
+
+@dataclass
+class AgentConfig:
+    """verl's `actor_rollout_ref.rollout.agent` (the agent-loop workers)."""
+
+    default_agent_loop: str = "single_turn_agent"
+    """The loop of a row without an agent_name: single_turn_agent or tool_agent (or a registered loop)."""
+
+
+@dataclass
 class RolloutConfig:
     n: int = 8
     """Responses sampled per prompt (the group size of GRPO/RLOO). verl default: 1."""
@@ -127,6 +161,8 @@ class RolloutConfig:
     log_prob_max_token_len_per_gpu: int = "${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}"  # type: ignore
     """Token budget per forward pass with log_prob_use_dynamic_bsz (follows actor.ppo_max_token_len_per_gpu)."""
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
 
 
 @dataclass
@@ -559,7 +595,7 @@ MISPLACED_KEYS = {f"{ACTOR}.policy_loss.tau_pos": f"{ACTOR}.tau_pos",
 # key -> (verl's default, what the key does in verl)
 _LORA = "LoRA adapters (planned: Chapter 14)"
 _V1 = "verl's v1 custom samplers, refilling failed groups, and lending the trainer's GPUs to separate_async's rollout"
-_TOOLS = "multi-turn rollouts with tools (planned: Chapter 13)"
+_TOOLS = "agent loops declared in a YAML file, and filtering prompts by their length with the tool schemas"
 MINIRL_LACKS: dict[str, tuple[Any, str]] = {
     **{f"{role}.optim.optimizer": ("AdamW", "optimizers other than torch.optim.AdamW")
        for role in (ACTOR, "critic")},
@@ -586,10 +622,6 @@ MINIRL_LACKS: dict[str, tuple[Any, str]] = {
     "trainer.v1.sampler.sync_refill_failed_groups": (False, _V1),
     "trainer.v1.sampler.custom_sampler.path": (None, _V1),
     "trainer.v1.sampler.sampler_kwargs": ({}, _V1),
-    "actor_rollout_ref.rollout.multi_turn.enable": (False, _TOOLS),
-    "actor_rollout_ref.rollout.multi_turn.tool_config_path": (None, _TOOLS),
-    "actor_rollout_ref.rollout.multi_turn.function_tool_path": (None, _TOOLS),
-    "actor_rollout_ref.rollout.agent.default_agent_loop": ("single_turn_agent", _TOOLS),
     "actor_rollout_ref.rollout.agent.agent_loop_config_path": (None, _TOOLS),
     "data.tool_config_path": (None, _TOOLS),
     "data.function_tool_path": (None, _TOOLS),
@@ -648,7 +680,8 @@ NO_EFFECT_REASONS = [
     ("*.use_remove_padding", "padding-free packing is a kernel optimisation; minirl pads (same maths)"),
     ("*ulysses_sequence_parallel_size", "sequence parallelism: minirl runs whole sequences per process"),
     ("actor_rollout_ref.rollout.calculate_log_probs", "minirl's rollout always returns its log-probs"),
-    ("actor_rollout_ref.rollout.multi_turn.*", "multi-turn settings: used only with multi_turn.enable (refused)"),
+    ("actor_rollout_ref.rollout.multi_turn.*", "multi-turn settings of verl's old SGLang rollout, which 0.9.1 no "
+                                               "longer imports"),
     ("actor_rollout_ref.rollout.agent.*", "agent-loop workers: minirl's rollout runs in the trainer's process"),
     ("actor_rollout_ref.rollout.enable_rollout_routing_replay", "replaying mixture-of-experts routing: minirl's "
                                                                 "models are dense"),
@@ -902,6 +935,19 @@ def validate_config(config: Config) -> None:
         if not (isinstance(files, str) or is_list):
             problems.append(f"{name} must be a file path or a non-empty list of paths (got {files!r})")
     choice("trainer.v1.trainer_mode", trainer.v1.trainer_mode, ("sync", "colocate_async", "separate_async"))
+    multi_turn = rollout.multi_turn
+    choice("actor_rollout_ref.rollout.multi_turn.format", multi_turn.format, ("hermes",))
+    choice("actor_rollout_ref.rollout.multi_turn.tool_response_truncate_side", multi_turn.tool_response_truncate_side,
+           ("left", "right", "middle"))
+    for key in ("max_assistant_turns", "max_user_turns", "max_parallel_calls", "max_tool_response_length"):
+        value = getattr(multi_turn, key)
+        if value is not None and value < 1:
+            bound = ">= 1 or null" if "turns" in key else ">= 1"
+            problems.append(f"actor_rollout_ref.rollout.multi_turn.{key} must be {bound} (got {value})")
+    tools_asked = multi_turn.tool_config_path or multi_turn.function_tool_path or \
+        rollout.agent.default_agent_loop != "single_turn_agent"
+    if tools_asked and not trainer.use_v1:
+        problems.append("agent loops and tools run on the v1 trainer (verl's default): set trainer.use_v1=true")
     if trainer.v1.trainer_mode == "separate_async":
         sync_step = trainer.v1.separate_async.parameter_sync_step
         if sync_step < 1:

@@ -455,9 +455,11 @@ def compute_position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)
 
 
-def prompt_token_ids(tokenizer, messages: list[dict]) -> list[int]:
-    """Token ids of one chat prompt with the generation prompt appended (what the model is asked to continue)."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def prompt_token_ids(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    """Token ids of one chat prompt with the generation prompt appended (what the model is asked to continue);
+    `tools` (OpenAI schemas) go to the chat template, which may show them to the model."""
+    extra = {"tools": tools} if tools else {}
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

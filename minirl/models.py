@@ -61,6 +61,22 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 
+# The same template with a `tool` role, for multi-turn tool rollouts (Chapter 13): a tool's result comes back as a
+# user turn wrapped in <tool_response> tags, as Qwen2.5's template renders it. Tokenizers built by build_tokenizer
+# keep CHAT_TEMPLATE (so every warm start's bytes stay what they were); a tool task sets this one.
+TOOL_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% if message['role'] == 'system' %}<|system|>{{ message['content'] }}"
+    "{% elif message['role'] == 'user' %}<|user|>{{ message['content'] }}"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|user|>{% endif %}"
+    "<tool_response>{{ message['content'] }}</tool_response>"
+    "{% else %}<|assistant|>{{ message['content'] }}{{ eos_token }}{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
     """A byte-level tokenizer with no merges: one token per byte, i.e. per character for ASCII text.

@@ -270,7 +270,7 @@ def test_every_verl_key_has_a_fate():
     ("trainer.v1.separate_async.hybrid_rollout.enable_switch=true", "set verl's default trainer.v1.separate_async"),
     ("actor_rollout_ref.model.override_config.attention_dropout=0.1", "Remove the key."),
     ("algorithm.use_pf_ppo=true", "compute_pf_ppo_reweight_data"),
-    ("actor_rollout_ref.rollout.multi_turn.enable=true", "multi-turn rollouts with tools"),
+    ("actor_rollout_ref.rollout.agent.agent_loop_config_path=loops.yaml", "agent loops declared in a YAML file"),
     ("data.prompt_key=question", "data.prompt_key=prompt"),
     ("actor_rollout_ref.actor.optim.optimizer=SGD", "optimizers other than torch.optim.AdamW"),
 ])

@@ -78,6 +78,7 @@ class _Request:
     sampling_params: dict
     seed: int
     on_finish: Callable[[TokenOutput], None]
+    max_tokens: int
     token_ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
@@ -121,17 +122,20 @@ class LLMServer:
         self.global_steps = 0
         self.waiting: list[_Request] = []
 
-    async def generate(self, prompt_ids: list[int], sampling_params: dict, seed: int) -> TokenOutput:
-        """Queue a request and wait for its answer (`sampling_params`: do_sample, temperature, top_p, top_k)."""
+    async def generate(self, prompt_ids: list[int], sampling_params: dict, seed: int,
+                       max_tokens: int | None = None) -> TokenOutput:
+        """Queue a request and wait for its answer (`sampling_params`: do_sample, temperature, top_p, top_k;
+        `max_tokens`: at most this many new tokens, default the response length)."""
         future = asyncio.get_running_loop().create_future()
-        self.submit(prompt_ids, sampling_params, seed, future.set_result)
+        self.submit(prompt_ids, sampling_params, seed, future.set_result, max_tokens)
         return await future
 
     def submit(self, prompt_ids: list[int], sampling_params: dict, seed: int,
-               on_finish: Callable[[TokenOutput], None]) -> None:
+               on_finish: Callable[[TokenOutput], None], max_tokens: int | None = None) -> None:
         """Queue a request; `on_finish(answer)` is called by the `serve_pending` call that finishes it (the
         standalone rollout process answers its requests this way, `minirl/v1/rollout_server.py`)."""
-        self.waiting.append(_Request(list(prompt_ids), sampling_params, seed, on_finish))
+        budget = self.response_length if max_tokens is None else max(1, min(max_tokens, self.response_length))
+        self.waiting.append(_Request(list(prompt_ids), sampling_params, seed, on_finish, budget))
 
     def serve_pending(self, max_new_tokens: int | None = None) -> None:
         """Advance every waiting request by up to `max_new_tokens` tokens (None: to its end), one batched generation
@@ -155,13 +159,13 @@ class LLMServer:
             out = self.rollout.generate_sequences(batch)
             lengths = out["response_mask"].sum(-1).tolist()
             for row, request in enumerate(requests):
-                budget = self.response_length - len(request.token_ids)
+                budget = request.max_tokens - len(request.token_ids)
                 n = min(int(lengths[row]), budget)
                 new = out["responses"][row, :n].tolist()
                 request.token_ids += new
                 request.log_probs += out["rollout_log_probs"][row, :n].tolist()
                 request.versions.append(self.global_steps)
-                if new[-1] == self.eos_token_id or len(request.token_ids) >= self.response_length:
+                if new[-1] == self.eos_token_id or len(request.token_ids) >= request.max_tokens:
                     request.on_finish(TokenOutput(request.token_ids, request.log_probs,
                                                   min(request.versions), max(request.versions)))
                 else:
@@ -176,7 +180,7 @@ class AgentLoopBase:
     that calls the server more than once derives a seed per call, e.g. `seed + turn`).
     """
 
-    def __init__(self, server: LLMServer, tokenizer, max_prompt_length: int, truncation: str = "error"):
+    def __init__(self, server: LLMServer, tokenizer, max_prompt_length: int, truncation: str = "error", **kwargs):
         self.server = server
         self.tokenizer = tokenizer
         self.max_prompt_length = max_prompt_length
@@ -212,7 +216,7 @@ class AgentLoopManager:
     """
 
     def __init__(self, server: LLMServer, tokenizer, max_prompt_length: int, truncation: str = "error",
-                 default_agent_loop: str = "single_turn_agent"):
+                 default_agent_loop: str = "single_turn_agent", **loop_kwargs):
         if default_agent_loop not in AGENT_LOOP_REGISTRY:
             raise ValueError(f"actor_rollout_ref.rollout.agent.default_agent_loop={default_agent_loop!r} is not a "
                              f"registered agent loop: {sorted(AGENT_LOOP_REGISTRY)}")
@@ -221,6 +225,7 @@ class AgentLoopManager:
         self.max_prompt_length = max_prompt_length
         self.truncation = truncation
         self.default_agent_loop = default_agent_loop
+        self.loop_kwargs = loop_kwargs  # what a loop needs beyond the server (the tool loop: tools, limits)
         self.loop = asyncio.new_event_loop()
         self.thread = concurrent.futures.ThreadPoolExecutor(max_workers=1)
         self.live: list[asyncio.Task] = []
@@ -240,7 +245,7 @@ class AgentLoopManager:
         tasks = []
         for session in sessions:
             loop = AGENT_LOOP_REGISTRY[session.get("agent_name") or self.default_agent_loop](
-                self.server, self.tokenizer, self.max_prompt_length, self.truncation)
+                self.server, self.tokenizer, self.max_prompt_length, self.truncation, **self.loop_kwargs)
             task = self.loop.create_task(loop.run(dict(sampling_params), **session))
             if on_done is not None:
                 task.add_done_callback(lambda t, s=session: not t.cancelled() and t.exception() is None

@@ -59,9 +59,9 @@ def serve(model_path: str, dtype: str, pad_token_id: int, eos_token_id: int, res
           inbox, outbox) -> None:
     """The rollout process's main loop: read the inbox, advance every waiting request, send the finished ones.
 
-    Messages in: ("generate", request_id, prompt_ids, sampling_params, seed), ("weights", version, state bytes),
-    ("stop",). Messages out: (request_id, TokenOutput); ("busy", seconds) after each batched call (the time the
-    process spent generating); ("error", traceback) once, before the process exits.
+    Messages in: ("generate", request_id, prompt_ids, sampling_params, seed, max_tokens), ("weights", version,
+    state bytes), ("stop",). Messages out: (request_id, TokenOutput); ("busy", seconds) after each batched call
+    (the time the process spent generating); ("error", traceback) once, before the process exits.
     """
     try:
         apply_thread_policy()
@@ -83,9 +83,10 @@ def serve(model_path: str, dtype: str, pad_token_id: int, eos_token_id: int, res
                     model.load_state_dict(torch.load(io.BytesIO(state), weights_only=True))  # copies and casts
                     server.global_steps = version
                 else:
-                    _, request_id, prompt_ids, sampling_params, seed = message
+                    _, request_id, prompt_ids, sampling_params, seed, max_tokens = message
                     server.submit(prompt_ids, sampling_params, seed,
-                                  lambda answer, request_id=request_id: outbox.put((request_id, answer)))
+                                  lambda answer, request_id=request_id: outbox.put((request_id, answer)),
+                                  max_tokens)
             if server.waiting:
                 started = time.perf_counter()
                 server.serve_pending(CHUNK_TOKENS)
@@ -118,12 +119,13 @@ class StandaloneLLMServer:
         self._arrived: list = []  # answers read by `take_busy_seconds`, handed over at the next serve_pending
         self._ids = count()
 
-    async def generate(self, prompt_ids: list[int], sampling_params: dict, seed: int) -> TokenOutput:
+    async def generate(self, prompt_ids: list[int], sampling_params: dict, seed: int,
+                       max_tokens: int | None = None) -> TokenOutput:
         """Send a request to the rollout process and wait for its answer."""
         request_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self.waiting[request_id] = future
-        self.inbox.put(("generate", request_id, list(prompt_ids), dict(sampling_params), seed))
+        self.inbox.put(("generate", request_id, list(prompt_ids), dict(sampling_params), seed, max_tokens))
         return await future
 
     def serve_pending(self, max_new_tokens: int | None = None) -> None:

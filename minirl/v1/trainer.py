@@ -43,10 +43,12 @@ from minirl.core import place_scores_on_last_token
 from minirl.metrics import timer
 from minirl.protocol import DataProto
 from minirl.run_dir import CHECKPOINT_PREFIX
+from minirl.tools import load_all_tools
 from minirl.trainer import TRAIN, PPOTrainer, _seed_for
 from minirl.v1.agent_loop import AgentLoopManager, AgentLoopOutput, LLMServer, outputs_to_batch
 from minirl.v1.replay_buffer import PromptGroup, ReplayBuffer, ReplayBufferAsync, Trajectory
 from minirl.v1.rollout_server import StandaloneLLMServer
+from minirl.v1.tool_agent_loop import ToolAgentLoop  # noqa: F401  (registers "tool_agent")
 
 # The asynchronous trainer checks the replay buffer every POLL_TOKENS decoded tokens (verl's polls every 2 s of
 # wall time; a token count keeps minirl's runs reproducible). Answers still running at the check are left in flight.
@@ -76,8 +78,12 @@ class PPOTrainerV1(PPOTrainer):
         else:
             self.server = LLMServer(self.rollout, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id,
                                     cfg.data.max_response_length)
+        multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+        tools = {tool.name: tool for tool in load_all_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)}
         self.agent_loops = AgentLoopManager(self.server, self.tokenizer, cfg.data.max_prompt_length,
-                                            cfg.data.truncation)
+                                            cfg.data.truncation, cfg.actor_rollout_ref.rollout.agent.default_agent_loop,
+                                            response_length=cfg.data.max_response_length, multi_turn=multi_turn,
+                                            tools=tools)
         dapo = cfg.algorithm.filter_groups
         metric = dapo.metric if dapo.enable else None
         if self.mode == "sync":
@@ -274,6 +280,7 @@ class PPOTrainerV1(PPOTrainer):
         batch = batch.union(DataProto(batch={"token_level_scores": place_scores_on_last_token(
             scores, batch["response_mask"])}, non_tensor_batch=extras))
         metrics.update(staleness_metrics(trajectories, self.global_step))
+        metrics.update(turn_metrics([t.output for t in trajectories], timing))
         return batch, (self.global_step - 1) // self.steps_per_epoch
 
     # ------------------------------------------------------------------------------------------
@@ -370,6 +377,25 @@ def _plain(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
     raise TypeError(f"cannot save {type(value).__name__} in the replay buffer checkpoint")
+
+
+def turn_metrics(outputs: list[AgentLoopOutput], timing: dict) -> dict[str, float]:
+    """What the sessions did: verl's `num_turns/{min,max,mean}` (`metric_utils.py::compute_data_metrics`) and its
+    agent-loop timings (`timing_s/agent_loop/{generate_sequences,tool_calls}/{min,max,mean}`, seconds per sample, put
+    into `timing`); with tools, minirl's per-answer means of tool calls, dropped malformed calls and tool errors."""
+    turns = np.array([o.num_turns for o in outputs], dtype=np.float64)
+    metrics = {"num_turns/min": float(turns.min()), "num_turns/max": float(turns.max()),
+               "num_turns/mean": float(turns.mean())}
+    for phase in ("generate_sequences", "tool_calls"):
+        seconds = [o.metrics[phase] for o in outputs if phase in o.metrics]
+        if seconds:
+            timing.update({f"agent_loop/{phase}/min": min(seconds), f"agent_loop/{phase}/max": max(seconds),
+                           f"agent_loop/{phase}/mean": float(np.mean(seconds))})
+    for key in ("tool_calls", "malformed_tool_calls", "tool_errors"):
+        values = [o.extra_fields[key] for o in outputs if key in o.extra_fields]
+        if values:
+            metrics[f"minirl/{key}/mean"] = float(np.mean(values))
+    return metrics
 
 
 def staleness_metrics(trajectories: list[Trajectory], global_steps: int) -> dict[str, float]:
