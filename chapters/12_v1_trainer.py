@@ -57,13 +57,13 @@ where_this_ran()  # the machine behind this notebook's outputs
 
 RUNS = Path("..") / "runs" / "ch12"
 WARM = sft.default_warm_start(sft.CHAIN_SFT)  # Chapters 5, 8 and 11's task: sums of 3-4 one-digit numbers
-PROMPTS, SAMPLES = (8, 4) if fast_mode() else (16, 8)
+PROMPTS, SAMPLES = (4, 4) if fast_mode() else (16, 8)
 ACTOR = "actor_rollout_ref.actor"
 STEPS = 2 if fast_mode() else 10
 BASE = [*sft.train_overrides(WARM, sft.CHAIN_SFT), f"data.train_batch_size={PROMPTS}",
         f"actor_rollout_ref.rollout.n={SAMPLES}", f"{ACTOR}.ppo_mini_batch_size={PROMPTS // 2}",
         f"{ACTOR}.optim.lr=2e-4", f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS // 2}",
-        f"data.val_max_samples={8 if fast_mode() else 40}", "actor_rollout_ref.rollout.val_kwargs.n=8",
+        f"data.val_max_samples={4 if fast_mode() else 40}", "actor_rollout_ref.rollout.val_kwargs.n=8",
         "actor_rollout_ref.rollout.val_kwargs.do_sample=True", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"]
 VAL = "val-core/minirl/chain_sum/acc/mean@8"
 

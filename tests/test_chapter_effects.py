@@ -347,7 +347,7 @@ def test_chapter12_a_rollout_further_ahead_trains_older_answers_further_from_the
     base = [*train_overrides(default_warm_start(CHAIN_SFT, show_progress=False), CHAIN_SFT),
             "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8",
             "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-            "actor_rollout_ref.actor.optim.lr=2e-4", "trainer.total_training_steps=6", "trainer.test_freq=-1",
+            "actor_rollout_ref.actor.optim.lr=2e-4", "trainer.total_training_steps=5", "trainer.test_freq=-1",
             "trainer.val_before_train=false", "trainer.use_v1=true", "trainer.v1.trainer_mode=separate_async",
             "trainer.v1.separate_async.parameter_sync_step=2"]
     one = run(tmp_path, *base, name="one_ahead")
