@@ -24,7 +24,7 @@
 # | **verl source** | `verl/trainer/ppo/core_algos.py::compute_gae_advantage_return` (reverse scan over the response tokens, then `masked_whiten`); `verl/trainer/ppo/ray_trainer.py::compute_advantage` (the `algorithm.adv_estimator=gae` branch); `core_algos.py::compute_value_loss` (the critic's loss); `examples/ppo_trainer/run_qwen3_8b_fsdp.sh` (a PPO run with `critic.model.path` and `critic.optim.lr`; the GRPO examples have no critic). |
 # | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) for the advantage and the update in a full PPO run; [Chapter 1 · PPO](01_ppo.ipynb) uses these advantages; [Chapter 4 · GRPO](04_grpo.ipynb) and [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) drop the critic. |
 #
-# Run time: 5.5 minutes in the run shown here, on 2 CPU cores (one 40-step run whose critic we inspect, then
+# Run time: 4.2 minutes in the run shown here, on 2 CPU cores (one 40-step run whose critic we inspect, then
 # fifteen short runs: five settings, three seeds each; the first cell names the machine, the last prints the
 # time). With `MINIRL_FAST=1` every run shrinks to a few steps.
 

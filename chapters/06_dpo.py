@@ -24,7 +24,7 @@
 # | **verl source** | None in the PPO trainer: DPO does not go through `RayPPOTrainer.fit()` (no rollout, no reward, no advantage). verl 0.9.1's wheel has no DPO loss; `docs/advance/dpo_extension.rst` shows how to write an online DPO with verl's single-controller API, and the SPIN recipe in the `recipe` submodule that verl's repository pins has an online DPO loss and trainer (`spin/core_algos.py::compute_online_dpo_loss`, `spin/spin_trainer.py::RaySPINTrainer`; section 7). The reference implementation for offline DPO is TRL's `DPOTrainer`, which `minirl/dpo.py` matches number for number. |
 # | **Where next** | [Chapter 3 · InstructGPT](03_rlhf.ipynb) for the reward model and PPO this replaces; [Chapter 4 · GRPO](04_grpo.ipynb) for online RL with a verifiable reward instead of preferences; [Chapter 7 · RLOO / ReMax / REINFORCE++](07_baselines.ipynb) for online methods without a critic. Back to [the reading map](index.md). |
 #
-# Run time: 5.4 minutes in the run shown here, on 2 CPU cores that other jobs shared during the run (a
+# Run time: 4.7 minutes in the run shown here, on 2 CPU cores, run alone (a
 # reward model and three PPO runs to compare with, DPO runs with three seeds, a beta sweep; the first
 # output names the machine, the last prints the run time). With `MINIRL_FAST=1` everything shrinks.
 
