@@ -24,7 +24,7 @@
 # | **verl source** | `verl/trainer/ppo/rollout_corr_helper.py::compute_rollout_correction_and_add_to_batch` (IS weights, rejection mask, off-policy metrics); `verl/trainer/ppo/ray_trainer.py::RayPPOTrainer.fit` (applied after `token_level_rewards`, before the advantages; `apply_bypass_mode` in bypass mode); `verl/trainer/ppo/core_algos.py::compute_policy_loss_bypass_mode`; `verl/utils/debug/metrics.py::calculate_debug_metrics` (`training/rollout_probs_diff_*`); `docs/algo/rollout_corr.md`. |
 # | **Where next** | [Lab C · Reading the debug metrics](lab_c_metrics.ipynb) for the `rollout_corr/*` metrics in context; [Chapter 1 · PPO](01_ppo.ipynb) for the ratio and the clip that bypass mode reuses; [Chapter 10 · HybridFlow](10_hybridflow.ipynb) for why the rollout engine is a separate engine at all. Back to [the reading map](index.md). |
 #
-# Run time: 8.9 minutes in this run on 2 CPU cores, which other jobs shared at the time (24 training runs of
+# Run time: 3.2 minutes in this run on 2 CPU cores, with no other job running (24 training runs of
 # 30 steps, two at a time, and 12 short ones). With `MINIRL_FAST=1` everything shrinks to a few steps.
 
 # %%
@@ -285,9 +285,9 @@ print(f"stale 8 + token TIS, rollout_probs_diff_mean (steps behind): {np.mean(be
 #   weights: between two syncs the policy cannot move far from the policy that samples, and the data stay
 #   close to on-policy (`rollout_corr/kl` above 0.1 in 1% of its steps, against 18% uncorrected, means
 #   over seeds; in bypass mode this metric is measured inside the loss, between the policy being trained
-#   and the engine). It is also the cheapest: no recomputation of $\pi_{\text{old}}$, 0.728 s per step
-#   against 0.941-1.008 s for the decoupled runs (cost table above, means over steps and seeds; other jobs
-#   shared the two CPU cores during this run, so the absolute times are inflated and noisy).
+#   and the engine). It is also the cheapest: no recomputation of $\pi_{\text{old}}$, 0.253 s per step
+#   against 0.316-0.340 s for the decoupled runs (cost table above, means over steps and seeds; no other job
+#   shared the two CPU cores during this run).
 # - **Decoupled IS and RS: within noise of the uncorrected run.** Token TIS 0.482 (0.465-0.505), sequence
 #   TIS 0.413 (0.305-0.485) and token RS 0.373 (0.315-0.435) all overlap it. Token TIS is also within
 #   noise of on-policy, and above token RS beyond the seed spread; token RS stays below on-policy beyond
