@@ -1,9 +1,11 @@
 """Spreading the suite over `make test`'s two workers (pytest-xdist, `--dist loadgroup`).
 
-A test that uses a module-scoped fixture of its own file (a built site, a trained model, graded runs) joins its
-file's group, so the fixture is built once, on one worker; every other test goes to whichever worker is free. With
-`--dist loadfile` a whole file ran on one worker, and the files of long tests (every notebook, every estimator's
-60-step run) kept one worker busy while the other idled. The files of SERIAL_FILES stay on one worker whole.
+A test that uses a module- or session-scoped fixture of its own file (a built site, a trained model, graded runs)
+joins its file's group, so the fixture is built once, on one worker (the expensive ones are session-scoped: a
+worker may run other files between two tests of the group, and a module-scoped fixture would be built again);
+every other test goes to whichever worker is free. With `--dist loadfile` a whole file ran on one worker, and the
+files of long tests (every notebook, every estimator's 60-step run) kept one worker busy while the other idled. The
+files of SERIAL_FILES stay on one worker whole.
 """
 
 import pytest

@@ -15,7 +15,7 @@ PAPERS_IN_ORDER = ["PPO", "GAE", "InstructGPT", "GRPO", "DAPO", "DPO", "RLOO", "
 LABS = ["GSM8K PPO", "Writing reward functions", "Reading the debug metrics", "The GRPO config"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
 def site(tmp_path_factory):
     site_dir = tmp_path_factory.mktemp("site")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],

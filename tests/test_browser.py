@@ -64,7 +64,7 @@ def nav_pages(language: str = "en") -> list[str]:
     return [prefix + ("" if stem == "index" else stem + "/") for stem in stems]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
 def site_url(tmp_path_factory):
     site = tmp_path_factory.mktemp("site")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=REPO,

@@ -25,7 +25,7 @@ def run(tmp_path, *overrides, name="run"):
     return load_metrics(tmp_path / name)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
 def warm():
     """The SFT warm start: tokenizer, policy, a few training questions."""
     path = default_warm_start(show_progress=False)
@@ -118,7 +118,7 @@ def test_chapter11_gradient_draws_give_the_optimal_token_baselines_what_they_nee
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
 def preference_setup(tmp_path_factory):
     """The preference task, a reward model trained on it (seeded), the held-out prompts and the SFT model."""
     from minirl import data, preference, reward_model

@@ -870,7 +870,7 @@ def test_make_grade_passes_one_exercise_to_pytest():
 CASES = [(stem, variant) for stem, variants in CLASSIC_MISTAKES.items() for variant in range(len(variants))]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
 def classic_mistakes_graded(tmp_path_factory) -> dict[tuple[str, int], Graded]:
     """Grade every classic mistake: run k holds the k-th wrong file of every exercise file (and grades only those
     files' tests), so a handful of pytest runs grade them all."""

@@ -25,7 +25,7 @@ LAB = (Path(__file__).resolve().parents[1] / "chapters" / "lab_c_metrics.py").re
 VAL = "val-core/minirl/arithmetic/acc/mean@1"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
 def all_records():
     return dict(broken_runs.graded_runs())
 

@@ -44,7 +44,7 @@ def assert_same_metrics(ours, theirs):
             assert mine[key] == pytest.approx(other[key], rel=1e-4, abs=1e-6), (mine["step"], key)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
 def in_process(tmp_path_factory):
     return train([f"trainer.default_local_dir={tmp_path_factory.mktemp('local')}", *SMALL], show_progress=False)
 

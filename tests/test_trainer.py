@@ -236,7 +236,7 @@ def test_a_run_that_fails_after_setting_an_earlier_run_aside_loses_nothing(tmp_p
     assert {name: (moved / name).read_text() for name in earlier} == earlier
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
 def earlier_run(tmp_path_factory):
     """A finished 2-step run with checkpoints at steps 1 and 2 (each test works on its own copy)."""
     run_dir = tmp_path_factory.mktemp("earlier") / "run"
