@@ -24,7 +24,7 @@
 # | **verl source** | `verl/trainer/ppo/ray_trainer.py::apply_kl_penalty` ($r_t = \text{score}_t - \beta\,\mathrm{kl}_t$); `verl/trainer/ppo/core_algos.py::kl_penalty` (`kl`, `abs`, `mse`, `low_var_kl`, `full`), `FixedKLController`, `AdaptiveKLController`; the reward model in `verl/experimental/reward_loop/reward_loop.py::RewardLoopWorker.compute_score_disrm`; `docs/examples/config.rst` (`algorithm.use_kl_in_reward` vs `actor_rollout_ref.actor.use_kl_loss`); `examples/grpo_trainer/run_mistral_nemo_12b_skyworkrm_fsdp.sh` (a run scored by a reward model). |
 # | **Where next** | [Chapter 6 · DPO](06_dpo.ipynb): the same comparisons, no reward model and no rollout; [Chapter 4 · GRPO](04_grpo.ipynb): the KL as a loss term instead of a reward term; [Lab B · Writing reward functions](lab_b_rewards.ipynb) and the KL part of [Lab C · Reading the debug metrics](lab_c_metrics.ipynb). Back to [the reading map](index.md). |
 #
-# Run time: 7.7 minutes in the run shown here, on 2 CPU cores (a reward model, a numeric experiment, nine
+# Run time: 4.2 minutes in the run shown here, on 2 CPU cores (a reward model, a numeric experiment, nine
 # short PPO runs; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`
 # everything shrinks.
 
