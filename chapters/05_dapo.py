@@ -24,7 +24,7 @@
 # | **verl source** | `verl/trainer/ppo/core_algos.py::agg_loss` (`actor_rollout_ref.actor.loss_agg_mode`), `compute_policy_loss_vanilla` (`clip_ratio_low`, `clip_ratio_high`), `compute_grpo_outcome_advantage` (`algorithm.norm_adv_by_std_in_grpo`); `verl/experimental/reward_loop/reward_manager/dapo.py::DAPORewardManager.run_single` (overlong shaping); `verl/trainer/ppo/v1/replay_buffer.py::ReplayBuffer._dapo_filtered_keys` (dynamic sampling, `algorithm.filter_groups.*`); `docs/algo/dapo.md` (tag v0.9.0). |
 # | **Where next** | [Lab D · The GRPO config, key by key](lab_d_grpo_config.ipynb): `loss_agg_mode` and `norm_adv_by_std_in_grpo` in a whole verl config; [Chapter 8 · DeepSeek-R1](08_r1.ipynb): the chain task, thinking that emerges, and verifiers; [Chapter 4 · GRPO](04_grpo.ipynb): the group baseline these ingredients adjust; [Chapter 1 · PPO](01_ppo.ipynb): the clipped objective clip-higher changes. Back to [the reading map](index.md). |
 #
-# Run time: 13.6 minutes in the run shown here, on 2 CPU cores with other jobs sharing them (24 short training
+# Run time: 4.0 minutes in the run shown here, on 2 CPU cores with no other job (24 short training
 # runs, two at a time; the first output names the machine, the last prints the run time). With `MINIRL_FAST=1`
 # everything shrinks to a few steps.
 
@@ -304,8 +304,8 @@ print("training seconds, dynamic sampling / grpo: "
 # - With the filter, no trained group is uninformative at the last step (0.000 in every seed, against 0.250
 #   for plain GRPO, seeds 0.125-0.312), at the cost of 1.786 generation rounds per step on average (seeds
 #   1.571-1.929): 3200 answers generated in 14 steps against 1792.
-# - Here the extra generation is cheap: the training time of the 14 steps grows by a factor of 1.24 (43.5 s
-#   against 35.3 s; seeds 43.0-44.1 s against 34.5-36.5 s, measured while other jobs shared the CPU),
+# - Here the extra generation is cheap: the training time of the 14 steps grows by a factor of 1.16 (16.2 s
+#   against 14.0 s; seeds 14.3-17.2 s against 13.8-14.1 s, two runs at a time on an otherwise idle machine),
 #   because 8 update passes per step cost more than generating 128 short answers. With long answers on a
 #   real model, generation dominates and dynamic sampling roughly doubles the cost of a step.
 # - Validation accuracy after 14 steps is within the seed spread: `mean@8` 0.580 (seeds 0.540-0.610)
