@@ -24,10 +24,9 @@
 # | **verl source** | The rule scorers in `verl/utils/reward_score/` (`gsm8k.py::compute_score`, `math_reward.py::compute_score`, `math_dapo.py::compute_score`, `math_verify.py::compute_score`), chosen by `data_source` in `verl/utils/reward_score/__init__.py::default_compute_score`; your own through `reward.custom_reward_function.path`; data in verl's schema from `examples/data_preprocess/gsm8k.py` and `examples/data_preprocess/math_dataset.py`; GRPO in `verl/trainer/ppo/core_algos.py::compute_grpo_outcome_advantage`; the minimal RLVR run `examples/grpo_trainer/run_qwen3_8b_fsdp.sh` (scripts: tag v0.9.0). |
 # | **Where next** | [Lab A · GSM8K with PPO](lab_a_gsm8k.ipynb) and [Lab B · Writing reward functions](lab_b_rewards.ipynb) for the data, the verifier and your own reward; [Chapter 4 · GRPO](04_grpo.ipynb) for the optimiser; [Chapter 5 · DAPO / Dr.GRPO](05_dapo.ipynb) for the recipe details that keep long-reasoning RL stable; [Chapter 3 · InstructGPT](03_rlhf.ipynb) for a *learned* reward, and how a policy exploits it. Back to [the reading map](index.md). |
 #
-# Run time: 14.5 minutes in this run (the last cell prints it) on 2 CPU cores that other notebooks' runs were
-# sharing at the time, so a run alone should be faster. It covers 12 training runs of 20-40 steps (two at a
-# time), a cold-start SFT, and building one of the two warm starts in the first cell (the other was already
-# cached). With `MINIRL_FAST=1` everything shrinks to a few steps.
+# Run time: 4.5 minutes in this run (the last cell prints it) on 2 CPU cores with no other job. It covers 12
+# training runs of 20-40 steps (two at a time) and a cold-start SFT; both warm starts were already cached (a first
+# run builds them in the first cell, about three more minutes). With `MINIRL_FAST=1` everything shrinks to a few steps.
 
 # %%
 import json
