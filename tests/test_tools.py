@@ -276,14 +276,15 @@ def test_tool_settings_minirl_cannot_honour_are_refused(overrides, message):
 
 
 def test_the_v1_trainer_runs_the_tool_loop_and_logs_verls_turn_metrics(tmp_path):
-    """The wiring: tools load at start-up, every session runs the tool loop, the step logs num_turns and minirl's
-    tool counts (the tiny model never writes a call, so each answer is one model turn: num_turns 2)."""
+    """The wiring: tools load at start-up, every session (training and validation) runs the tool loop, the step logs
+    num_turns and minirl's tool counts (the tiny model never writes a call, so each answer is one model turn:
+    num_turns 2)."""
     from minirl.trainer import train
 
     renamed = TOOL_FILE.replace("def add", "def add_v1").replace("def slow", "def slow_v1")
     (tmp_path / "function_tools.py").write_text(renamed.replace("def shout", "def shout_v1"))
     history = train([f"trainer.default_local_dir={tmp_path / 'run'}", "trainer.logger=[]", "trainer.use_v1=true",
-                     "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
+                     "trainer.total_training_steps=1", "data.val_max_samples=6", "trainer.test_freq=1",
                      "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
                      "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
                      f"actor_rollout_ref.rollout.multi_turn.function_tool_path={tmp_path / 'function_tools.py'}"],
@@ -291,3 +292,10 @@ def test_the_v1_trainer_runs_the_tool_loop_and_logs_verls_turn_metrics(tmp_path)
     step = history[-1]
     assert step["num_turns/mean"] == 2.0 and step["minirl/tool_calls/mean"] == 0.0
     assert "timing_s/agent_loop/generate_sequences/mean" in step
+    # validation runs the rows' tool loop too (verl's val-aux/num_turns), with the legacy validation's row seeds:
+    # a one-turn answer is the legacy validation's answer, so the accuracy is the same
+    assert history[0]["val-aux/num_turns/mean"] == 2.0 and step["val-aux/num_turns/mean"] == 2.0
+    legacy = train([f"trainer.default_local_dir={tmp_path / 'legacy'}", "trainer.logger=[]", "trainer.val_only=true",
+                    "data.val_max_samples=6"], show_progress=False)
+    key = "val-core/minirl/arithmetic/acc/mean@1"
+    assert history[0][key] == legacy[0][key]

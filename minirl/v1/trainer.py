@@ -40,11 +40,11 @@ import torch
 
 from minirl.config import Config
 from minirl.core import place_scores_on_last_token
-from minirl.metrics import timer
+from minirl.metrics import process_validation_metrics, timer
 from minirl.protocol import DataProto
 from minirl.run_dir import CHECKPOINT_PREFIX
 from minirl.tools import load_all_tools
-from minirl.trainer import TRAIN, PPOTrainer, _seed_for
+from minirl.trainer import TRAIN, VALIDATION, PPOTrainer, _seed_for
 from minirl.v1.agent_loop import AgentLoopManager, AgentLoopOutput, LLMServer, outputs_to_batch
 from minirl.v1.replay_buffer import PromptGroup, ReplayBuffer, ReplayBufferAsync, Trajectory
 from minirl.v1.rollout_server import StandaloneLLMServer
@@ -80,10 +80,19 @@ class PPOTrainerV1(PPOTrainer):
                                     cfg.data.max_response_length)
         multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
         tools = {tool.name: tool for tool in load_all_tools(multi_turn.tool_config_path, multi_turn.function_tool_path)}
+        loop_settings = dict(response_length=cfg.data.max_response_length, multi_turn=multi_turn, tools=tools)
+        default_loop = cfg.actor_rollout_ref.rollout.agent.default_agent_loop
         self.agent_loops = AgentLoopManager(self.server, self.tokenizer, cfg.data.max_prompt_length,
-                                            cfg.data.truncation, cfg.actor_rollout_ref.rollout.agent.default_agent_loop,
-                                            response_length=cfg.data.max_response_length, multi_turn=multi_turn,
-                                            tools=tools)
+                                            cfg.data.truncation, default_loop, **loop_settings)
+        # Validation runs the rows' own loops when any is not single-turn (a tool loop must validate with its
+        # tools), on an engine in this process with the actor's weights; single-turn rows keep the legacy
+        # batched path (the same tensors, so v1 sync validates exactly as legacy does).
+        self.multi_turn_validation = any((row.get("agent_name") or default_loop) != "single_turn_agent"
+                                         for row in self.val_rows)
+        self.val_agent_loops = AgentLoopManager(
+            LLMServer(self.rollout, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id,
+                      cfg.data.max_response_length), self.tokenizer, cfg.data.max_prompt_length, cfg.data.truncation,
+            default_loop, **loop_settings) if self.multi_turn_validation else None
         dapo = cfg.algorithm.filter_groups
         metric = dapo.metric if dapo.enable else None
         if self.mode == "sync":
@@ -110,6 +119,8 @@ class PPOTrainerV1(PPOTrainer):
             return super().fit()
         finally:
             self.agent_loops.shutdown()
+            if self.val_agent_loops is not None:
+                self.val_agent_loops.shutdown()
             if self.mode == "separate_async":
                 self.server.shutdown()
 
@@ -153,6 +164,31 @@ class PPOTrainerV1(PPOTrainer):
         if self._actor_turn():
             self.update_rollout_weights(timing)
         self.server.global_steps = self.global_step
+
+    def validate(self) -> dict[str, float]:
+        """The legacy batched validation, or, when the rows run multi-turn loops, val_kwargs.n sessions per
+        validation prompt through those loops (each sampled with the legacy validation row seed, on the actor's
+        weights), scored and named as the legacy validation does, plus verl's `val-aux/num_turns/{min,max,mean}`."""
+        if self.val_agent_loops is None:
+            return super().validate()
+        cfg = self.config
+        n = cfg.actor_rollout_ref.rollout.val_kwargs.n
+        rollout_seed = cfg.actor_rollout_ref.rollout.seed
+        sessions = [{**row, "raw_prompt": row["prompt"], "uid": str(i), "session_id": s,
+                     "seed": _seed_for(rollout_seed, self.seed, VALIDATION, self.global_step, i * n + s)}
+                    for i, row in enumerate(self.val_rows) for s in range(n)]
+        outputs = self.val_agent_loops.run_sessions(sessions, {**self._sampling(validation=True),
+                                                               "actor_weights": True})
+        batch = self._with_row_fields(outputs_to_batch(outputs, cfg.data.max_response_length,
+                                                       self.tokenizer.pad_token_id), sessions)
+        scored = self._reward(batch)
+        infos = {"reward": scored["token_level_scores"].sum(-1).tolist(),
+                 **{k: list(v) for k, v in scored.non_tensor_batch.items()}}
+        metrics = process_validation_metrics(list(batch["data_source"]), list(batch["uid"]), infos)
+        turns = np.array([o.num_turns for o in outputs], dtype=np.float64)
+        metrics.update({"val-aux/num_turns/min": float(turns.min()), "val-aux/num_turns/max": float(turns.max()),
+                        "val-aux/num_turns/mean": float(turns.mean())})
+        return metrics
 
     # ------------------------------------------------------------------------------------------
     # Dispatching prompts and running their sessions
