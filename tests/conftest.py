@@ -14,6 +14,9 @@ SHARED_SCOPES = ("module", "package", "session")
 # Files whose tests should not run at the same time on two workers: each of their tests launches two processes
 # (which share the two cores with the other worker's test anyway); their launches take a free port each.
 SERIAL_FILES = ("test_distributed",)
+# Files whose groups share one worker: both build the site with mkdocs in the repository, whose notebook cache
+# (.cache/mkdocs-jupyter) two builds at once evict from under each other (a build then fails on a missing file).
+SHARED_GROUPS = {"test_book": "mkdocs_build", "test_browser": "mkdocs_build"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,4 +29,4 @@ def pytest_collection_modifyitems(config, items):
                   if definitions[-1].scope in SHARED_SCOPES
                   and getattr(definitions[-1].func, "__module__", None) == module.__name__]
         if shared or item.path.stem in SERIAL_FILES:
-            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+            item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(item.path.stem, item.path.stem)))
