@@ -120,6 +120,10 @@ class MultiTurnConfig:
     """YAML file of BaseTool classes with their OpenAI schemas (minirl.tools.BaseTool)."""
     function_tool_path: str | None = None
     """Python file of @minirl.tools.function_tool functions (schemas inferred from signature and docstring)."""
+    train_on_tool_responses: bool = False
+    """minirl only, for Chapter 13's ablation: give the tokens the loop inserts (tool results, template tokens)
+    response_mask 1, so the loss, the KL, the entropy and the advantages also count text the model did not write.
+    verl has no such switch: its mask is always 0 there."""
 
 
 @dataclass

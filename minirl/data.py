@@ -250,6 +250,96 @@ def word_sft_rows(rows: Iterable[dict], wrong_fraction: float = 0.4, seed: int =
     return demos
 
 
+# ----------------------------------------------------------------------------------------------
+# The tool task (Chapter 13): "417+385=?" with an `add` tool the model may call
+# ----------------------------------------------------------------------------------------------
+
+TOOL_SOURCE = "minirl/tool_add"
+TOOL_FILE = Path(__file__).parent / "assets" / "tools" / "calculator.py"
+"""The task's function-tool file (`add(a, b)`), loaded through multi_turn.function_tool_path."""
+
+
+def tool_rows(num: int, split: str, seed: int = 0, max_operand: int = 999) -> list[dict]:
+    """`num` questions a+b with a, b in [max_operand // 10 + 1, max_operand] (three digits by default), as verl
+    rows that run the `tool_agent` loop (the row's `agent_name`). The answer is GSM8K's "#### N"."""
+    rng = random.Random(f"tool-{seed}-{split}")
+    low = max_operand // 10 + 1
+    rows = []
+    for index in range(num):
+        a, b = rng.randint(low, max_operand), rng.randint(low, max_operand)
+        rows.append({
+            "data_source": TOOL_SOURCE,
+            "prompt": [{"role": "user", "content": f"{a}+{b}=?"}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+            "extra_info": {"split": split, "index": index, "a": a, "b": b},
+            "agent_name": "tool_agent",
+        })
+    return rows
+
+
+def hermes_call(name: str, arguments: dict) -> str:
+    """A tool call in the hermes format: <tool_call>{"name": ..., "arguments": {...}}</tool_call>."""
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def miscopy(number: int, rng: random.Random) -> int:
+    """`number` with one of its digits changed (a copying slip)."""
+    digits = list(str(number))
+    position = rng.randrange(len(digits))
+    choices = [d for d in "0123456789" if d != digits[position] and (position > 0 or d != "0")]
+    digits[position] = rng.choice(choices)
+    return int("".join(digits))
+
+
+TOOL_DEMO_KINDS = ("call", "miscopied_call", "malformed_call", "direct", "wrong_direct")
+
+
+def tool_demo_turns(row: dict, kind: str, rng: random.Random) -> list[dict]:
+    """The turns after the prompt of one demonstration of the tool task (assistant and tool messages):
+
+        call            <tool_call>{"name": "add", "arguments": {"a": 417, "b": 385}}</tool_call> | tool: 802 | #### 802
+        miscopied_call  the same with one digit of an argument changed: the tool adds what it was given
+        malformed_call  the call's JSON lacks its closing brace: the loop drops it and the answer ends there
+        direct          #### 802 (the sum done in the head)
+        wrong_direct    #### 812 (one digit off)
+    """
+    a, b = row["extra_info"]["a"], row["extra_info"]["b"]
+    if kind in ("direct", "wrong_direct"):
+        return [{"role": "assistant", "content": f"#### {a + b if kind == 'direct' else miscopy(a + b, rng)}"}]
+    if kind == "malformed_call":
+        return [{"role": "assistant", "content": hermes_call("add", {"a": a, "b": b}).replace("}}<", "}<")}]
+    if kind == "miscopied_call":
+        a, b = (miscopy(a, rng), b) if rng.random() < 0.5 else (a, miscopy(b, rng))
+    elif kind != "call":
+        raise ValueError(f"kind must be one of {TOOL_DEMO_KINDS}, got {kind!r}")
+    return [{"role": "assistant", "content": hermes_call("add", {"a": a, "b": b})},
+            {"role": "tool", "content": str(a + b)},
+            {"role": "assistant", "content": f"#### {a + b}"}]
+
+
+def tool_sft_rows(rows: Iterable[dict], call_fraction: float = 0.5, wrong_fraction: float = 0.3,
+                  seed: int = 0) -> list[dict]:
+    """Noisy demonstrations of the tool task: a call with probability `call_fraction`, else a direct answer;
+    with probability `wrong_fraction` either goes wrong (a call half the time miscopied, half the time malformed;
+    a direct answer one digit off). Each demo holds its `turns` (see `tool_demo_turns`) and its `kind`."""
+    for name, value in (("call_fraction", call_fraction), ("wrong_fraction", wrong_fraction)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {value}.")
+    rng = random.Random(seed)
+    demos = []
+    for row in rows:
+        call, wrong = rng.random() < call_fraction, rng.random() < wrong_fraction
+        if call:
+            kind = ("miscopied_call" if rng.random() < 0.5 else "malformed_call") if wrong else "call"
+        else:
+            kind = "wrong_direct" if wrong else "direct"
+        demos.append({"prompt": row["prompt"], "turns": tool_demo_turns(row, kind, rng), "kind": kind,
+                      "correct": kind in ("call", "direct"), "data_source": row["data_source"],
+                      "reward_model": row["reward_model"]})
+    return demos
+
+
 def preference_pairs(rows: Iterable[dict], seed: int = 0) -> list[dict]:
     """DPO pairs in TRL's conversational layout: {"prompt", "chosen", "rejected"}.
 
@@ -377,7 +467,7 @@ def read_parquet(path: str | Path, required_columns: Iterable[str] = REQUIRED_CO
     return dataset
 
 
-DEMO_STYLES = ("plain", "worked", "chain", "word")
+DEMO_STYLES = ("plain", "worked", "chain", "word", "tool")
 
 
 def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test: int = 200, seed: int = 0,
@@ -389,7 +479,9 @@ def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test
     worked answers (`worked_sft_rows`), "chain" the chain task (`chain_rows`, `chain_sft_rows` with
     worked_fraction; max_operand is then the largest term, `terms` the fewest and most of them, and there is no
     dpo.parquet), "word" the GSM8K-format word problems of Lab A (`word_problem_rows`, `word_sft_rows`; no
-    dpo.parquet). Demonstrations are wrong with probability wrong_fraction.
+    dpo.parquet), "tool" Chapter 13's sums of two numbers up to max_operand with an `add` tool (`tool_rows`,
+    `tool_sft_rows` with worked_fraction as the share of demonstrations that call it; no dpo.parquet).
+    Demonstrations are wrong with probability wrong_fraction.
     """
     out_dir = Path(out_dir)
     if demo_style not in DEMO_STYLES:
@@ -398,6 +490,10 @@ def make_arithmetic_dataset(out_dir: str | Path, num_train: int = 2000, num_test
         train, test = (chain_rows(n, split, seed, *terms, max_operand=max_operand)
                        for n, split in ((num_train, "train"), (num_test, "test")))
         demos = chain_sft_rows(train, worked_fraction, wrong_fraction, seed)
+    elif demo_style == "tool":
+        train, test = (tool_rows(n, split, seed, max_operand)
+                       for n, split in ((num_train, "train"), (num_test, "test")))
+        demos = tool_sft_rows(train, worked_fraction, wrong_fraction, seed)
     elif demo_style == "word":
         train, test = (word_problem_rows(n, split, seed, max_operand) for n, split in ((num_train, "train"),
                                                                                         (num_test, "test")))
@@ -461,6 +557,33 @@ def prompt_token_ids(tokenizer, messages: list[dict], tools: list[dict] | None =
     extra = {"tools": tools} if tools else {}
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **extra)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+# A fixed conversation that the chat template renders before new turns, cut off again (`render_new_turns`).
+SYNTHETIC_PREFIX = [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
+
+
+def render_new_turns(tokenizer, new_messages: list[dict], tools: list[dict] | None) -> list[int]:
+    """The token ids the chat template adds for `new_messages` (tool results), up to the next assistant prompt.
+
+    Rendered after a fixed synthetic prefix and cut off at its end (verl's `render_delta_token_id`): the template
+    decides every token, and the conversation so far is never re-tokenized. Template tokens that follow the end of
+    an assistant turn (e.g. Qwen's newline after <|im_end|>, which the model never samples) are included, because
+    the model's last turn ended at its EOS.
+    """
+    def render(messages, generation_prompt):
+        extra = {"tools": tools} if tools else {}
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **extra)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    prefix = render(SYNTHETIC_PREFIX, False)
+    full = render(SYNTHETIC_PREFIX + new_messages, True)
+    if full[:len(prefix)] != prefix:
+        raise ValueError("the chat template renders the conversation differently once tool turns are added; it "
+                         "cannot be extended turn by turn (is there a `tool` role in the template?)")
+    eos = tokenizer.eos_token_id
+    after_eos = prefix[len(prefix) - prefix[::-1].index(eos):] if eos in prefix else []
+    return after_eos + full[len(prefix):]
 
 
 def truncate_prompt(ids: list[int], max_prompt_length: int, truncation: str = "error") -> list[int]:

@@ -115,3 +115,58 @@ def evaluate_against_reference(policy_dir, reference_dir, rows: list[dict], resp
     tokenizer = models.load_tokenizer(policy_dir)
     return measure_policy(models.load_policy(policy_dir), models.load_policy(reference_dir), tokenizer, rows,
                           response_length, reward_scorer, samples_per_prompt, seed)
+
+
+class ModelEngine:
+    """A rollout engine over a plain model: what `LLMServer` calls (`generate_sequences` on a DataProto of
+    left-padded prompts, `row_seed` and the sampling settings in meta_info)."""
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+
+    def generate_sequences(self, prompts):
+        from minirl.workers import generate_rows
+
+        return generate_rows(self.model, self.tokenizer, prompts)
+
+
+@torch.no_grad()
+def evaluate_agent_loops(model, tokenizer, rows: list[dict], response_length: int, max_prompt_length: int,
+                         multi_turn, tools: dict, do_sample: bool = False, seed: int = 0) -> dict[str, float]:
+    """`evaluate` for rows that run an agent loop (the tool task): one session per row, through the rows' own
+    loops (`agent_name`, else `tool_agent`), scored on the whole conversation as the trainer scores it.
+
+    Args:
+        multi_turn: the loop's limits (a `minirl.config.MultiTurnConfig`).
+        tools: name -> tool (`minirl.tools.load_all_tools`).
+    Returns:
+        {"acc", "reward", "response_length" (all response tokens, tool results included), "num_turns",
+        "tool_calls", "malformed_tool_calls", "tool_errors"}: means over the rows.
+    """
+    from minirl.v1.agent_loop import AgentLoopManager, LLMServer, outputs_to_batch
+    from minirl.v1.tool_agent_loop import ToolAgentLoop  # noqa: F401  (registers "tool_agent")
+
+    if not rows:
+        raise ValueError("evaluate_agent_loops got no rows: the validation dataset is empty.")
+    server = LLMServer(ModelEngine(model, tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, response_length)
+    manager = AgentLoopManager(server, tokenizer, max_prompt_length, "error", "tool_agent",
+                               response_length=response_length, multi_turn=multi_turn, tools=tools)
+    sessions = [{**row, "raw_prompt": row["prompt"], "uid": str(i), "session_id": 0, "seed": seed + i}
+                for i, row in enumerate(rows)]
+    try:
+        outputs = manager.run_sessions(sessions, {"do_sample": do_sample, "temperature": 1.0, "top_p": 1.0,
+                                                  "top_k": -1})
+    finally:
+        manager.shutdown()
+    batch = outputs_to_batch(outputs, response_length, tokenizer.pad_token_id)
+    attended = batch["attention_mask"][:, -response_length:]
+    scores, extra = NaiveRewardManager(tokenizer)({
+        "responses": batch["responses"], "response_mask": batch["response_mask"],
+        "response_attention_mask": attended, "data_source": [row["data_source"] for row in rows],
+        "reward_model": [row["reward_model"] for row in rows]})
+    mean = lambda values: float(sum(values) / len(values))  # noqa: E731
+    return {"acc": mean([float(a) for a in extra.get("acc", [0.0] * len(rows))]),
+            "reward": mean(scores.sum(-1).tolist()), "response_length": mean(attended.sum(-1).tolist()),
+            "num_turns": mean([o.num_turns for o in outputs]),
+            **{key: mean([o.extra_fields[key] for o in outputs])
+               for key in ("tool_calls", "malformed_tool_calls", "tool_errors")}}

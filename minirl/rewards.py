@@ -256,7 +256,7 @@ def load_custom_reward_function(path: str, name: str = "compute_score") -> Calla
 # Dispatch by data_source (verl/utils/reward_score/__init__.py::default_compute_score)
 # ----------------------------------------------------------------------------------------------
 
-GSM8K_SOURCES = ("openai/gsm8k", "minirl/arithmetic", "minirl/gsm8k_tiny")
+GSM8K_SOURCES = ("openai/gsm8k", "minirl/arithmetic", "minirl/gsm8k_tiny", "minirl/tool_add")
 CHAIN_SOURCES = ("minirl/chain_sum",)
 MATH_SOURCES = ("math_dapo", "math", "minirl/boxed")
 
@@ -270,7 +270,7 @@ def default_compute_score(data_source: str, solution_str: str, ground_truth: str
     """Score one response with the rule its dataset asks for.
 
         openai/gsm8k, minirl/arithmetic,
-        minirl/gsm8k_tiny                -> compute_gsm8k_score (0/1)
+        minirl/gsm8k_tiny, minirl/tool_add -> compute_gsm8k_score (0/1)
         minirl/chain_sum                 -> compute_chain_score ({"score": 0/1, "acc", "format", "worked"})
         math_dapo, math, minirl/boxed    -> compute_math_score ({"score": +-1, "acc", "pred"})
 
@@ -321,12 +321,17 @@ class NaiveRewardManager:
         Args:
             batch: a dict with tensors `responses` (B, L) and `response_mask` (B, L), and per-row
                 lists `reward_model` (dicts with "ground_truth"), the `reward_fn_key` field
-                (e.g. `data_source`) and optionally `extra_info`.
+                (e.g. `data_source`) and optionally `extra_info`. A multi-turn batch also has
+                `response_attention_mask` (B, L): 1 on every response token, tool results included (verl's
+                `attention_mask[:, -L:]`); the decoded text and the score's position follow it, so the reward
+                function reads the whole conversation and the score sits on its last token, as in verl.
         Returns:
             (token_level_scores (B, L) float32, extra info: lists of length B, e.g. {"acc": [...]}).
         """
         responses, response_mask = batch["responses"].cpu(), batch["response_mask"].cpu()
-        lengths = response_mask.sum(dim=-1).tolist()
+        valid = batch.get("response_attention_mask")
+        valid = response_mask if valid is None else valid.cpu()
+        lengths = valid.sum(dim=-1).tolist()
         texts = self.tokenizer.batch_decode(
             [row[:length].tolist() for row, length in zip(responses, lengths)], skip_special_tokens=True)
         extra_infos = batch.get("extra_info") or [None] * len(texts)
@@ -343,7 +348,7 @@ class NaiveRewardManager:
                 score = float(result)
                 extra["acc"].append(score)
             scores.append(score)
-        token_level_scores = place_scores_on_last_token(torch.tensor(scores, dtype=torch.float32), response_mask)
+        token_level_scores = place_scores_on_last_token(torch.tensor(scores, dtype=torch.float32), valid)
         return token_level_scores, dict(extra)
 
 

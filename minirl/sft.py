@@ -29,13 +29,15 @@ from tqdm.auto import tqdm
 
 from minirl import data as data_lib
 from minirl import models
-from minirl.config import OptimConfig
+from minirl.config import MultiTurnConfig, OptimConfig
 from minirl.data import compute_position_ids
-from minirl.evaluate import evaluate
+from minirl.evaluate import evaluate, evaluate_agent_loops
 from minirl.optim import build_lr_scheduler
 from minirl.parallel import apply_thread_policy
+from minirl.tools import load_all_tools
 
 LOCK_FILE = ".lock"
+TOOL_MAX_ASSISTANT_TURNS = 3  # the tool task: a call, its answer, and one more turn to spare
 WARM_START_VERSION = 2  # bump when the build changes, so cached warm starts are rebuilt
 # fields added since version 2, and their defaults
 ADDED_FIELDS = {"demo_style": "plain", "worked_fraction": 0.5, "min_terms": 3, "max_terms": 4,
@@ -78,9 +80,10 @@ class SFTConfig:
     """"plain" demonstrations ("a+b=c #### c"); "worked": the preference task of Chapters 3 and 6, half of
     whose demonstrations add tens and units before the answer (minirl.data.worked_sft_rows); "chain": the chain
     task of Chapters 5 and 8, direct or worked sums of 3-4 terms (minirl.data.chain_sft_rows); "word": Lab A's
-    GSM8K-format word problems (minirl.data.word_sft_rows)."""
+    GSM8K-format word problems (minirl.data.word_sft_rows); "tool": Chapter 13's three-digit sums with an `add`
+    tool, multi-turn demonstrations (minirl.data.tool_sft_rows)."""
     worked_fraction: float = 0.5
-    """Share of worked demonstrations (demo_style "chain")."""
+    """Share of worked demonstrations (demo_style "chain"), of demonstrations that call the tool ("tool")."""
     min_terms: int = 3
     """Fewest numbers in a chain question (demo_style "chain")."""
     max_terms: int = 4
@@ -104,40 +107,72 @@ CHAIN_ZERO_SFT = SFTConfig(demo_style="chain", worked_fraction=0.02, wrong_fract
 """R1-Zero's starting point in miniature: 2% of the demonstrations write steps (in the <think> format)."""
 WORD_SFT = SFTConfig(demo_style="word", max_length=112, response_length=24)
 """The warm start of Lab A's GSM8K-format word problems: 40% of its demonstrations have a wrong answer."""
-WARM_STARTS = {"tiny": SFTConfig(), "chain": CHAIN_SFT, "chain-zero": CHAIN_ZERO_SFT, "word": WORD_SFT}
+TOOL_SFT = SFTConfig(demo_style="tool", worked_fraction=0.5, wrong_fraction=0.3, max_operand=999, max_length=144,
+                     response_length=128, steps=600)
+"""The warm start of Chapter 13's tool task: half of its demonstrations call `add`, 30% of either kind go wrong."""
+WARM_STARTS = {"tiny": SFTConfig(), "chain": CHAIN_SFT, "chain-zero": CHAIN_ZERO_SFT, "word": WORD_SFT,
+               "tool": TOOL_SFT}
 """The warm starts `python -m minirl warm-start NAME` builds: the tiny task's (Chapters 1-4, 7), the chain
-task's two (Chapters 5 and 8) and the word problems' (Lab A)."""
+task's two (Chapters 5 and 8), the word problems' (Lab A) and the tool task's (Chapter 13)."""
 
 
-def tokenize_demonstrations(tokenizer, demos: list[dict], max_length: int) -> dict[str, torch.Tensor]:
-    """Prompt (chat template) + response + EOS, right-padded; the loss mask covers response and EOS.
+def demonstration_tokens(tokenizer, demo: dict,
+                         tools: list[dict] | None = None) -> tuple[list[int], list[int], list[int]]:
+    """One demonstration as (prompt ids, response ids, response loss mask).
+
+    A single-turn demo ({"prompt", "response"}) is prompt + response + EOS, every response token trained. A
+    multi-turn demo ({"prompt", "turns"}: assistant and tool messages) is the token stream the tool agent loop
+    builds: each assistant turn + EOS (trained), each run of tool turns rendered by the chat template
+    (`render_new_turns`, not trained), so SFT and RL see the same tokens with the same mask.
+    """
+    prompt_ids = data_lib.prompt_token_ids(tokenizer, demo["prompt"], tools)
+    if "turns" not in demo:
+        response = tokenizer(demo["response"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        return prompt_ids, response, [1] * len(response)
+    response, loss = [], []
+    turns = list(demo["turns"])
+    while turns:
+        if turns[0]["role"] == "assistant":
+            ids = tokenizer(turns.pop(0)["content"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            response, loss = response + ids, loss + [1] * len(ids)
+            continue
+        tool_turns = []
+        while turns and turns[0]["role"] != "assistant":
+            tool_turns.append(turns.pop(0))
+        ids = data_lib.render_new_turns(tokenizer, tool_turns, tools)
+        response, loss = response + ids, loss + [0] * len(ids)
+    return prompt_ids, response, loss
+
+
+def tokenize_demonstrations(tokenizer, demos: list[dict], max_length: int,
+                            tools: list[dict] | None = None) -> dict[str, torch.Tensor]:
+    """Demonstrations (see `demonstration_tokens`), right-padded; the loss mask covers the model's own tokens.
 
     Returns {"input_ids", "attention_mask", "position_ids", "loss_mask"}, each (N, T). loss_mask[t]
-    is 1 where token t+1 is a response token, aligned with the logits that predict it.
+    is 1 where token t+1 is a trained response token, aligned with the logits that predict it.
     """
     rows = []
     for demo in demos:
-        prompt = tokenizer.apply_chat_template(demo["prompt"], tokenize=False, add_generation_prompt=True)
-        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        response_ids = tokenizer(demo["response"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        prompt_ids, response_ids, response_loss = demonstration_tokens(tokenizer, demo, tools)
         if len(prompt_ids) + len(response_ids) > max_length:
             raise ValueError(f"a demonstration has {len(prompt_ids) + len(response_ids)} tokens, more than "
                              f"max_length={max_length}; raise max_length.")
-        rows.append((prompt_ids, response_ids))
-    length = max(len(p) + len(r) for p, r in rows)
+        rows.append((prompt_ids, response_ids, response_loss))
+    length = max(len(p) + len(r) for p, r, _ in rows)
     input_ids = torch.full((len(rows), length), tokenizer.pad_token_id, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
     loss_mask = torch.zeros_like(input_ids)
-    for i, (prompt_ids, response_ids) in enumerate(rows):
+    for i, (prompt_ids, response_ids, response_loss) in enumerate(rows):
         ids = prompt_ids + response_ids
         input_ids[i, : len(ids)] = torch.tensor(ids)
         attention_mask[i, : len(ids)] = 1
-        loss_mask[i, len(prompt_ids) - 1 : len(ids) - 1] = 1  # logits at t predict token t+1
+        loss_mask[i, len(prompt_ids) - 1 : len(ids) - 1] = torch.tensor(response_loss)  # logits at t predict t+1
     return {"input_ids": input_ids, "attention_mask": attention_mask,
             "position_ids": compute_position_ids(attention_mask), "loss_mask": loss_mask}
 
 
-def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progress: bool = True):
+def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progress: bool = True,
+              tools: list[dict] | None = None):
     """Train `model` in place on `demos` with the next-token loss on response tokens only.
 
     Runs through accelerate (Accelerator, prepare, backward), so the same code uses one CPU, a GPU
@@ -149,7 +184,7 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
     set_seed(config.seed)
     apply_thread_policy()
     accelerator = Accelerator()
-    tensors = tokenize_demonstrations(tokenizer, demos, config.max_length)
+    tensors = tokenize_demonstrations(tokenizer, demos, config.max_length, tools)
     dataset = TensorDataset(tensors["input_ids"], tensors["attention_mask"], tensors["position_ids"],
                             tensors["loss_mask"])
     loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=True, drop_last=True,
@@ -211,23 +246,47 @@ def build_warm_start(out_dir: str | Path, config: SFTConfig | None = None, show_
                                              config.worked_fraction, (config.min_terms, config.max_terms))
     models.save_tiny_model(out_dir, seed=config.seed, **config.model)
     tokenizer, model = models.load_tokenizer(out_dir), models.load_policy(out_dir)
-    demos = data_lib.read_parquet(paths["sft"], required_columns=("prompt", "response")).to_list()
+    if config.demo_style == "tool":  # tool results come back as `tool` turns: the template needs the role
+        tokenizer.chat_template = models.TOOL_CHAT_TEMPLATE
+        with models.quiet_progress():
+            tokenizer.save_pretrained(out_dir)
+    tool_settings = tool_task_settings() if config.demo_style == "tool" else None
+    demo_columns = ("prompt", "turns") if tool_settings else ("prompt", "response")
+    demos = data_lib.read_parquet(paths["sft"], required_columns=demo_columns).to_list()
     test_rows = data_lib.read_parquet(paths["test"]).to_list()
     prompt_budget = config.max_length  # a prompt never exceeds a whole demonstration's budget
-    before = evaluate(model, tokenizer, test_rows, config.response_length, prompt_budget)
-    model, losses = train_sft(model, tokenizer, demos, config, show_progress)
+
+    def check(**sampling):
+        if tool_settings is None:
+            return evaluate(model, tokenizer, test_rows, config.response_length, prompt_budget, **sampling)
+        sampling.pop("generator", None)
+        return evaluate_agent_loops(model, tokenizer, test_rows, config.response_length, prompt_budget,
+                                    *tool_settings, seed=config.seed, **sampling)
+
+    before = check()
+    model, losses = train_sft(model, tokenizer, demos, config, show_progress,
+                              [t.tool_schema for t in tool_settings[1].values()] if tool_settings else None)
     train_seconds = time.perf_counter() - start
-    after = evaluate(model, tokenizer, test_rows, config.response_length, prompt_budget)
-    sampled = evaluate(model, tokenizer, test_rows, config.response_length, prompt_budget, do_sample=True,
-                       generator=torch.Generator().manual_seed(config.seed))
+    after = check()
+    sampled = check(do_sample=True, generator=torch.Generator().manual_seed(config.seed))
     with models.quiet_progress():
         model.save_pretrained(out_dir)
     summary = {"config": asdict(config), "key": config.key(), "greedy_acc_before": before["acc"],
                "greedy_acc": after["acc"], "sampled_acc": sampled["acc"], "final_loss": losses[-1],
                "seconds": round(train_seconds, 1),
                "data": {name: str(Path(path).relative_to(out_dir)) for name, path in paths.items()}}
+    if tool_settings:  # how the warm start uses the tool, greedy and sampled
+        summary.update({f"{mode}_{key}": result[key] for mode, result in (("greedy", after), ("sampled", sampled))
+                        for key in ("tool_calls", "malformed_tool_calls", "num_turns", "response_length")})
     (out_dir / "warm_start.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def tool_task_settings(function_tool_path: str | Path | None = None) -> tuple[MultiTurnConfig, dict]:
+    """The tool task's loop limits (`multi_turn` as `train_overrides` sets them) and its tools (name -> tool)."""
+    path = str(function_tool_path or data_lib.TOOL_FILE)
+    multi_turn = MultiTurnConfig(enable=True, max_assistant_turns=TOOL_MAX_ASSISTANT_TURNS, function_tool_path=path)
+    return multi_turn, {tool.name: tool for tool in load_all_tools(None, path)}
 
 
 def default_cache_dir() -> Path:
@@ -277,9 +336,14 @@ def train_overrides(model_dir: str | Path, config: SFTConfig, data_dir: str | Pa
     `train(sft.train_overrides(default_warm_start(CHAIN_SFT), CHAIN_SFT) + [...])`.
     """
     data_dir = Path(data_dir) if data_dir is not None else Path(model_dir) / "data"
-    return [f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={data_dir / 'train.parquet'}",
-            f"data.val_files={data_dir / 'test.parquet'}",
-            f"data.max_response_length={config.response_length}"]
+    overrides = [f"actor_rollout_ref.model.path={model_dir}", f"data.train_files={data_dir / 'train.parquet'}",
+                 f"data.val_files={data_dir / 'test.parquet'}",
+                 f"data.max_response_length={config.response_length}"]
+    if config.demo_style == "tool":  # the rows run the tool loop (their agent_name), on the v1 trainer
+        overrides += ["trainer.use_v1=true", "actor_rollout_ref.rollout.multi_turn.enable=true",
+                      f"actor_rollout_ref.rollout.multi_turn.max_assistant_turns={TOOL_MAX_ASSISTANT_TURNS}",
+                      f"actor_rollout_ref.rollout.multi_turn.function_tool_path={data_lib.TOOL_FILE}"]
+    return overrides
 
 
 if __name__ == "__main__":

@@ -251,10 +251,13 @@ class PPOTrainer:
         def score(chunk: DataProto) -> DataProto:
             scores, extra = self.reward_fn({
                 "responses": chunk["responses"], "response_mask": chunk["response_mask"],
+                "response_attention_mask": chunk["response_attention_mask"],
                 **{key: list(chunk[key]) for key in self.ROW_FIELDS}})
             return DataProto(batch={"token_level_scores": scores}, non_tensor_batch=extra)
 
-        view = DataProto(batch={k: batch[k] for k in ("responses", "response_mask")},
+        response_length = batch["responses"].shape[1]  # a multi-turn answer's tool results are attended, not trained
+        view = DataProto(batch={"responses": batch["responses"], "response_mask": batch["response_mask"],
+                                "response_attention_mask": batch["attention_mask"][:, -response_length:]},
                          non_tensor_batch={k: batch[k] for k in self.ROW_FIELDS})
         return dp_compute(score, view, self.accelerator)
 

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "tests" / "data" / "verl_scripts"
 SCRIPT_NAMES = ["grpo_trainer", "ppo_trainer", "rloo_trainer", "remax_trainer", "reinforce_plus_plus_trainer"]
 MINIRL_ONLY = {"trainer.progress_bar", "trainer.use_ray",  # no verl 0.9.1 equivalent
-               "actor_rollout_ref.rollout.weight_sync_interval"}
+               "actor_rollout_ref.rollout.weight_sync_interval",
+               "actor_rollout_ref.rollout.multi_turn.train_on_tool_responses"}
 # Keys verl 0.9.1 reads but does not declare: its DAPO scripts add them with Hydra's `+`
 # (experimental/reward_loop/reward_manager/dapo.py reads them from config.reward.reward_kwargs).
 # GDPO's keys likewise (verl/trainer/config/algorithm.py::AlgoConfig declares them, the yaml does not).

@@ -3,11 +3,12 @@ hermes parsing, tool declarations, the loop's state machine and limits, error tu
 token."""
 
 import asyncio
+import random
 
 import pytest
 import torch
 
-from minirl import models
+from minirl import data, models, sft
 from minirl.core import agg_loss
 from minirl.tools import BaseTool, ToolResponse, function_tool, load_all_tools, load_function_tools_from_path
 from minirl.v1 import tool_agent_loop
@@ -161,6 +162,7 @@ class Settings:
     max_parallel_calls = 1
     max_tool_response_length = 256
     tool_response_truncate_side = "middle"
+    train_on_tool_responses = False
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +209,49 @@ def test_the_response_mask_is_one_on_the_models_tokens_and_zero_on_the_tool_turn
     log_prob = torch.zeros(1, 200, requires_grad=True)
     agg_loss(-log_prob, batch["response_mask"], "token-mean").backward()
     assert torch.equal(log_prob.grad[0] != 0, mask.bool())  # no gradient reaches a tool token
+
+
+def test_the_ablation_switch_trains_on_the_tool_turn_too(tokenizer, tools):
+    first, second = CALL.format(name="add", arguments='{"a": 17, "b": 25}'), "#### 42</s>"
+    unmasked = type("Unmasked", (Settings,), {"train_on_tool_responses": True})
+    out, _ = run_loop(tokenizer, tools, [first, second], settings=unmasked)
+    assert out.response_mask == [1] * len(out.response_ids)
+    masked, _ = run_loop(tokenizer, tools, [first, second])
+    assert masked.response_ids == out.response_ids and 0 in masked.response_mask
+
+
+def test_a_tool_task_demonstration_is_the_token_stream_the_loop_builds(tokenizer, tools):
+    """SFT on the tool task trains on exactly the tokens (and with exactly the mask) that RL's loop produces (this
+    file's `add` answers as the task's calculator does)."""
+    row = data.tool_rows(1, "train")[0]
+    for kind in ("call", "miscopied_call", "malformed_call", "direct"):
+        turns = data.tool_demo_turns(row, kind, random.Random(0))
+        prompt_ids, response_ids, loss = sft.demonstration_tokens(tokenizer, {"prompt": row["prompt"], "turns": turns})
+        said = [t["content"] + "</s>" for t in turns if t["role"] == "assistant"]
+        server = ScriptedServer(tokenizer, said)
+        loop = ToolAgentLoop(server, tokenizer, 64, response_length=200, multi_turn=Settings, tools=tools)
+        out = asyncio.run(loop.run({"do_sample": True}, raw_prompt=row["prompt"], seed=0))
+        assert (out.prompt_ids, out.response_ids, out.response_mask) == (prompt_ids, response_ids, loss), kind
+        assert out.extra_fields["tool_calls"] == (kind in ("call", "miscopied_call"))
+        assert out.extra_fields["malformed_tool_calls"] == (kind == "malformed_call")
+
+
+def test_the_reward_reads_the_whole_conversation_and_scores_its_last_token(tokenizer, tools):
+    """As verl's reward loop: the decoded text runs to the last attended token (tool results included) and the score
+    sits there, not at response_mask.sum() - 1 (which would fall inside the conversation)."""
+    from minirl.rewards import NaiveRewardManager
+
+    text = ['<tool_call>{"name": "add", "arguments": {"a": 417, "b": 385}}</tool_call></s>', "#### 802</s>"]
+    out, _ = run_loop(tokenizer, tools, text)
+    batch = outputs_to_batch([out], 200, tokenizer.pad_token_id)
+    seen = []
+    manager = NaiveRewardManager(tokenizer, lambda **kw: seen.append(kw["solution_str"]) or 1.0)
+    scores, _ = manager({"responses": batch["responses"], "response_mask": batch["response_mask"],
+                         "response_attention_mask": batch["attention_mask"][:, -200:],
+                         "data_source": ["minirl/tool_add"], "reward_model": [{"ground_truth": "802"}]})
+    assert "<tool_response>802</tool_response>" in seen[0] and seen[0].endswith("#### 802")
+    assert scores[0].nonzero().flatten().tolist() == [len(out.response_ids) - 1]
+    assert batch["response_mask"][0, len(out.response_ids) - 1] == 1  # the model's own last token
 
 
 def test_stateful_tools_rewards_and_parallel_calls(tokenizer, tools):

@@ -172,8 +172,8 @@ def pad_is_eos_loss_mask(tokenize):
     The wrapped function pads with the EOS id and masks every target equal to it, so the one real EOS token of
     each demonstration loses its loss too. Why this happens and what it does to a run: Lab C, section 4.
     """
-    def tokenize_with_bug(tokenizer, demos, max_length):
-        tensors = tokenize(tokenizer, demos, max_length)
+    def tokenize_with_bug(tokenizer, demos, max_length, tools=None):
+        tensors = tokenize(tokenizer, demos, max_length, tools)
         eos = tokenizer.eos_token_id
         tensors["input_ids"] = tensors["input_ids"].masked_fill(tensors["attention_mask"] == 0, eos)  # pad = eos
         target_is_pad = tensors["input_ids"][:, 1:] == eos  # loss_mask[t] scores token t+1

@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from minirl.data import prompt_token_ids, truncate_prompt
+from minirl.data import prompt_token_ids, render_new_turns, truncate_prompt
 from minirl.tools.base import BaseTool, ToolResponse
 from minirl.tools.function import FunctionTool, normalize_return
 from minirl.v1.agent_loop import AgentLoopBase, AgentLoopOutput, register_agent_loop
@@ -38,7 +38,6 @@ from minirl.v1.tool_parser import FunctionCall, parse_hermes
 
 # A tool call that runs longer than this is abandoned with an error turn (minirl's; verl 0.9.1 waits forever).
 TOOL_TIMEOUT_S = 10.0
-SYNTHETIC_PREFIX = [{"role": "user", "content": ""}, {"role": "assistant", "content": ""}]
 
 
 def turn_seed(seed: int, turn: int) -> int:
@@ -46,29 +45,6 @@ def turn_seed(seed: int, turn: int) -> int:
     if turn == 0:
         return seed
     return int(np.random.SeedSequence([seed, 1 << 32, turn]).generate_state(2, np.uint64)[0] >> np.uint64(1))
-
-
-def render_new_turns(tokenizer, new_messages: list[dict], tools: list[dict] | None) -> list[int]:
-    """The token ids the chat template adds for `new_messages` (tool results), up to the next assistant prompt.
-
-    Rendered after a fixed synthetic prefix and cut off at its end (verl's `render_delta_token_id`): the template
-    decides every token, and the conversation so far is never re-tokenized. Template tokens that follow the end of
-    an assistant turn (e.g. Qwen's newline after <|im_end|>, which the model never samples) are included, because
-    the model's last turn ended at its EOS.
-    """
-    def render(messages, generation_prompt):
-        extra = {"tools": tools} if tools else {}
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt, **extra)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    prefix = render(SYNTHETIC_PREFIX, False)
-    full = render(SYNTHETIC_PREFIX + new_messages, True)
-    if full[:len(prefix)] != prefix:
-        raise ValueError("the chat template renders the conversation differently once tool turns are added; it "
-                         "cannot be extended turn by turn (is there a `tool` role in the template?)")
-    eos = tokenizer.eos_token_id
-    after_eos = prefix[len(prefix) - prefix[::-1].index(eos):] if eos in prefix else []
-    return after_eos + full[len(prefix):]
 
 
 def truncate_text(text: str, limit: int, side: str) -> str:
@@ -141,7 +117,7 @@ class ToolAgentLoop(AgentLoopBase):
             if len(mask) + len(new_ids) >= budget:  # the answer ends on the model's tokens
                 break
             ids += new_ids
-            mask += [0] * len(new_ids)
+            mask += [int(settings.train_on_tool_responses)] * len(new_ids)  # 0: never train on injected text
             log_probs += [0.0] * len(new_ids)
             user_turns += 1
         response = ids[len(prompt_ids):]

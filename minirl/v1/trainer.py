@@ -180,7 +180,7 @@ class PPOTrainerV1(PPOTrainer):
         outputs = self.val_agent_loops.run_sessions(sessions, {**self._sampling(validation=True),
                                                                "actor_weights": True})
         batch = self._with_row_fields(outputs_to_batch(outputs, cfg.data.max_response_length,
-                                                       self.tokenizer.pad_token_id), sessions)
+                                                       self.tokenizer.pad_token_id), sessions, outputs)
         scored = self._reward(batch)
         infos = {"reward": scored["token_level_scores"].sum(-1).tolist(),
                  **{k: list(v) for k, v in scored.non_tensor_batch.items()}}
@@ -238,7 +238,7 @@ class PPOTrainerV1(PPOTrainer):
         outputs = [o for g in done for o in self.session_outputs.pop(g.uid)]
         sessions = [{**g.row, "uid": g.uid} for g in done for _ in g.seeds]
         scored = self._reward(self._with_row_fields(outputs_to_batch(
-            outputs, self.config.data.max_response_length, self.tokenizer.pad_token_id), sessions))
+            outputs, self.config.data.max_response_length, self.tokenizer.pad_token_id), sessions, outputs))
         scores = scored["token_level_scores"].sum(-1).tolist()
         index = 0
         for group in done:
@@ -254,11 +254,17 @@ class PPOTrainerV1(PPOTrainer):
         self.agent_loops.drive()
         self._score_done_groups()
 
-    def _with_row_fields(self, batch: DataProto, sessions: list[dict]) -> DataProto:
-        """Add each session's dataset fields (what a reward function reads) and uid to a padded batch."""
+    def _with_row_fields(self, batch: DataProto, sessions: list[dict],
+                         outputs: list[AgentLoopOutput] | None = None) -> DataProto:
+        """Add each session's dataset fields (what a reward function reads) and uid to a padded batch. With the
+        sessions' `outputs`, extra_info also gets each loop's extra fields (tool calls, tool rewards, ...) and
+        `num_turns`, as verl's reward loop adds them (`reward_loop/reward_manager/naive.py::run_single`)."""
+        infos = [s.get("extra_info") for s in sessions]
+        if outputs is not None:
+            infos = [{**(info or {}), **o.extra_fields, "num_turns": o.num_turns} for info, o in zip(infos, outputs)]
         fields = {"data_source": [s["data_source"] for s in sessions],
                   "reward_model": [s["reward_model"] for s in sessions],
-                  "extra_info": [s.get("extra_info") for s in sessions],
+                  "extra_info": infos,
                   "raw_prompt": [s["prompt"] for s in sessions], "uid": [s["uid"] for s in sessions]}
         return batch.union(DataProto(non_tensor_batch=fields))
 
@@ -313,8 +319,9 @@ class PPOTrainerV1(PPOTrainer):
                                                        self.tokenizer.pad_token_id), sessions)
         scores = torch.tensor([t.score for t in trajectories], dtype=torch.float32)
         extras = {key: [t.extra[key] for t in trajectories] for key in trajectories[0].extra}
+        response_length = batch["responses"].shape[1]  # the score sits on the last token, tool results counted
         batch = batch.union(DataProto(batch={"token_level_scores": place_scores_on_last_token(
-            scores, batch["response_mask"])}, non_tensor_batch=extras))
+            scores, batch["attention_mask"][:, -response_length:])}, non_tensor_batch=extras))
         metrics.update(staleness_metrics(trajectories, self.global_step))
         metrics.update(turn_metrics([t.output for t in trajectories], timing))
         return batch, (self.global_step - 1) // self.steps_per_epoch
