@@ -357,3 +357,31 @@ def test_chapter12_a_rollout_further_ahead_trains_older_answers_further_from_the
     print(f"MEASURED ch12_staleness_worst {worst}\nMEASURED ch12_rollout_corr_kl {kl[0]:.4f} {kl[1]:.4f}")
     assert worst == [1, 2], worst
     assert kl[1] > kl[0], kl
+
+
+def test_chapter13_rl_teaches_the_tool_and_masking_the_tool_turns_matters(tmp_path):
+    """Chapter 13, sections 5 and 6: from the tool task's warm start, GRPO raises the tool-call rate (a reward that
+    never mentions the tool), through a tool file written as a reader writes one; training on the tool's tokens
+    too holds the rate back. Over the chapter's 3 seeds, after 8 steps: calls per answer rose 0.27-0.37 from step 1
+    with the mask, and ended 0.19-0.31 above the unmasked ablation."""
+    from minirl import data
+    from minirl.sft import TOOL_SFT, train_overrides
+
+    imports = [line for line in data.TOOL_FILE.read_text().splitlines() if line.startswith(("import", "from"))]
+    assert imports == ["from minirl.tools import function_tool"], imports  # a reader's file: nothing else
+    base = [*train_overrides(default_warm_start(TOOL_SFT, show_progress=False), TOOL_SFT),
+            "data.train_batch_size=16", "actor_rollout_ref.rollout.n=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "actor_rollout_ref.actor.optim.lr=2e-4", "trainer.total_training_steps=8", "trainer.test_freq=-1",
+            "trainer.val_before_train=false"]
+    masked = run(tmp_path, *base, name="masked")
+    unmasked = run(tmp_path, *base, "actor_rollout_ref.rollout.multi_turn.train_on_tool_responses=true",
+                   name="unmasked")
+    calls = {name: [r["minirl/tool_calls/mean"] for r in h] for name, h in (("masked", masked), ("unmasked", unmasked))}
+    end = {name: (c[-1] + c[-2]) / 2 for name, c in calls.items()}
+    turns = masked[-1]["num_turns/mean"]
+    print(f"MEASURED ch13_tool_calls {calls['masked'][0]:.2f} -> {end['masked']:.2f} (unmasked {end['unmasked']:.2f}); "
+          f"num_turns/mean {turns:.2f}")
+    assert turns > 2, "the reader's tool file was called: num_turns/mean counts the tool turns"
+    assert end["masked"] > calls["masked"][0] + 0.15, calls
+    assert end["masked"] > end["unmasked"] + 0.1, end

@@ -63,6 +63,7 @@ ANSWERS = {
     "11_policy_losses": ["sequence_ratio.compute_policy_loss_gspo", "entropy_cov.clip_cov_selection",
                          "opo.compute_opo_outcome_advantage"],
     "12_v1_trainer": ["replay_buffer.dapo_evictions", "replay_buffer.stale_evictions"],
+    "13_agentic_tools": ["parse_hermes", "ToolAgentLoop.run"],
     "lab_a_gsm8k": ["data.gsm8k_rows", "rewards.compute_gsm8k_score"],
     "lab_d_grpo_config": ["batch_math.step_arithmetic"],
 }

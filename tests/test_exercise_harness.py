@@ -862,8 +862,9 @@ def test_make_grade_passes_one_exercise_to_pytest():
     makefile = (REPO / "Makefile").read_text()
     assert "$(if $(EX),--exercise $(EX))" in makefile
     for chapter in ("00_tensors", "01_ppo", "02_gae", "03_rlhf", "04_grpo", "05_dapo", "06_dpo", "07_baselines",
-                    "08_r1", "09_rollout_corr", "10_hybridflow", "11_policy_losses", "12_v1_trainer", "lab_a_gsm8k",
-                    "lab_b_rewards", "lab_c_metrics", "lab_d_grpo_config"):  # same command
+                    "08_r1", "09_rollout_corr", "10_hybridflow", "11_policy_losses", "12_v1_trainer",
+                    "13_agentic_tools", "lab_a_gsm8k", "lab_b_rewards", "lab_c_metrics",
+                    "lab_d_grpo_config"):  # same command
         assert "make grade EX=" in (REPO / "chapters" / f"{chapter}.ipynb").read_text(), chapter
 
 
