@@ -163,13 +163,13 @@ def _records(run_dir: Path) -> list[dict]:
 
 @pytest.mark.parametrize("overrides", [
     ["algorithm.adv_estimator=grpo"],
-    ["algorithm.adv_estimator=gae"],
-    ["algorithm.adv_estimator=reinforce_plus_plus"],
-    ["algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
+    # the critic, the adaptive KL controller (batch means of the KL) and batch-normalised IS weights in one run
+    ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.kl_ctrl.type=adaptive",
      "algorithm.kl_ctrl.horizon=100", "algorithm.rollout_correction.rollout_is=token",
      "algorithm.rollout_correction.rollout_is_batch_normalize=true"],
+    ["algorithm.adv_estimator=reinforce_plus_plus"],
     ["algorithm.adv_estimator=grpo", "trainer.use_v1=true", "trainer.v1.trainer_mode=colocate_async"],
-], ids=["grpo", "gae_critic", "reinforce_plus_plus_whitening", "adaptive_kl_in_reward_is_batch_norm",
+], ids=["grpo", "gae_critic_adaptive_kl_in_reward_is_batch_norm", "reinforce_plus_plus_whitening",
         "v1_colocate_async"])
 def test_one_and_two_processes_write_the_same_metrics(tmp_path, overrides):
     one = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={tmp_path / 'one'}",
