@@ -60,6 +60,13 @@ def _run(argv: list[str] | None) -> int:
         print(command_help(command))
         return 0
     if command == "train":
+        from minirl.config import load_config
+
+        try:  # a bad key or value is reported before the trainer's imports (transformers: seconds)
+            load_config(rest, announce=False)
+        except ValueError as error:
+            _say_error(error)
+            return 2
         from minirl.run_dir import RunDirectoryBusy
         from minirl.trainer import CheckpointError, train
 
