@@ -19,6 +19,7 @@ SERIAL_FILES = ("test_distributed",)
 SHARED_GROUPS = {"test_book": "mkdocs_build", "test_browser": "mkdocs_build"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         info = getattr(item, "_fixtureinfo", None)

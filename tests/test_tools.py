@@ -101,16 +101,6 @@ import time
 from minirl.tools import function_tool
 
 @function_tool
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: the first number.
-        b: the second number.
-    """
-    return a + b
-
-@function_tool
 def slow(x: int) -> int:
     """Sleep, then answer.
 
@@ -171,7 +161,10 @@ def tools(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tools")
     (folder / "tools.yaml").write_text(LOOKUP_YAML)
     (folder / "function_tools.py").write_text(TOOL_FILE)
-    return {t.name: t for t in load_all_tools(str(folder / "tools.yaml"), str(folder / "function_tools.py"))}
+    tools = {t.name: t for t in load_all_tools(str(folder / "tools.yaml"), str(folder / "function_tools.py"))}
+    # `add` is the book's calculator: one process registers a tool name once (as verl's registry does), and a
+    # worker that trained Chapter 13's task has already loaded it
+    return {**tools, **{t.name: t for t in load_function_tools_from_path(data.TOOL_FILE)}}
 
 
 def run_loop(tokenizer, tools, turns, response_length=200, settings=Settings, **row):
@@ -222,7 +215,7 @@ def test_the_ablation_switch_trains_on_the_tool_turn_too(tokenizer, tools):
 
 def test_a_tool_task_demonstration_is_the_token_stream_the_loop_builds(tokenizer, tools):
     """SFT on the tool task trains on exactly the tokens (and with exactly the mask) that RL's loop produces (this
-    file's `add` answers as the task's calculator does)."""
+    tools' `add` is the task's calculator)."""
     row = data.tool_rows(1, "train")[0]
     for kind in ("call", "miscopied_call", "malformed_call", "direct"):
         turns = data.tool_demo_turns(row, kind, random.Random(0))
@@ -326,7 +319,7 @@ def test_the_v1_trainer_runs_the_tool_loop_and_logs_verls_turn_metrics(tmp_path)
     num_turns 2)."""
     from minirl.trainer import train
 
-    renamed = TOOL_FILE.replace("def add", "def add_v1").replace("def slow", "def slow_v1")
+    renamed = TOOL_FILE.replace("def slow", "def slow_v1")
     (tmp_path / "function_tools.py").write_text(renamed.replace("def shout", "def shout_v1"))
     history = train([f"trainer.default_local_dir={tmp_path / 'run'}", "trainer.logger=[]", "trainer.use_v1=true",
                      "trainer.total_training_steps=1", "data.val_max_samples=6", "trainer.test_freq=1",
