@@ -11,12 +11,16 @@ files of SERIAL_FILES stay on one worker whole.
 import pytest
 
 SHARED_SCOPES = ("module", "package", "session")
-# Files whose tests should not run at the same time on two workers: each of their tests launches two processes
-# (which share the two cores with the other worker's test anyway); their launches take a free port each.
-SERIAL_FILES = ("test_distributed",)
-# Files whose groups share one worker: both build the site with mkdocs in the repository, whose notebook cache
-# (.cache/mkdocs-jupyter) two builds at once evict from under each other (a build then fails on a missing file).
-SHARED_GROUPS = {"test_book": "mkdocs_build", "test_browser": "mkdocs_build"}
+# Files whose tests should not run at the same time on two workers: each of their tests launches two or more
+# processes (accelerate's ranks, Ray's workers), which share the two cores with the other worker's test anyway;
+# their launches take a free port each. Both files share one group (below), so a Ray run never overlaps a
+# two-process run on the other worker (four busy processes on two cores).
+SERIAL_FILES = ("test_distributed", "test_ray_workers")
+# Files whose groups share one worker: test_book and test_browser both build the site with mkdocs in the
+# repository, whose notebook cache (.cache/mkdocs-jupyter) two builds at once evict from under each other (a build
+# then fails on a missing file); the several-process files, as above.
+SHARED_GROUPS = {"test_book": "mkdocs_build", "test_browser": "mkdocs_build",
+                 "test_distributed": "several_processes", "test_ray_workers": "several_processes"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
