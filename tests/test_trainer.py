@@ -92,8 +92,9 @@ def test_estimator_raises_validation_accuracy(tmp_path, estimator):
     assert after - before >= MARGIN, f"{estimator}: validation accuracy {before:.3f} -> {after:.3f}"
     records = load_metrics(tmp_path / "run")
     assert [r["step"] for r in records] == list(range(STEPS + 1))
-    run(tmp_path, "trainer.total_training_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=false")
-    assert [r["step"] for r in load_metrics(tmp_path / "run")] == [1]  # a fresh run starts a fresh log
+    if estimator == "grpo":  # the same for every estimator: checked once
+        run(tmp_path, "trainer.total_training_steps=1", "trainer.test_freq=-1", "trainer.val_before_train=false")
+        assert [r["step"] for r in load_metrics(tmp_path / "run")] == [1]  # a fresh run starts a fresh log
     for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/grad_norm",
                 "critic/score/mean", "critic/rewards/mean", "critic/advantages/mean", "response_length/mean",
                 "response_length/clip_ratio", "timing_s/gen", "timing_s/update_actor", "rollout_corr/kl"):
