@@ -43,8 +43,7 @@ from minirl.book.notebook import (
     show_source,
     where_this_ran,
 )
-from minirl.evaluate import ModelEngine
-from minirl.v1.agent_loop import AgentLoopManager, LLMServer
+from minirl.evaluate import run_agent_loops
 from minirl.v1.tool_agent_loop import ToolAgentLoop
 from minirl.v1.tool_parser import parse_hermes
 
@@ -83,18 +82,9 @@ print(TOKENIZER.apply_chat_template(TEST_ROWS[0]["prompt"], tools=[TOOLS["add"].
 # buy it? Run the test prompts through the tool loop (greedy), and split the answers by whether they called:
 
 # %%
-def run_sessions(model, rows, do_sample=False, multi_turn=MULTI_TURN, tools=TOOLS, response_length=128):
-    """Run `rows` through the tool agent loop (one session per row); returns the loop's AgentLoopOutputs."""
-    server = LLMServer(ModelEngine(model, TOKENIZER), TOKENIZER.pad_token_id, TOKENIZER.eos_token_id, response_length)
-    manager = AgentLoopManager(server, TOKENIZER, 144, "error", "tool_agent", response_length=response_length,
-                               multi_turn=multi_turn, tools=tools)
-    sessions = [{**row, "raw_prompt": row["prompt"], "uid": str(i), "session_id": 0, "seed": i}
-                for i, row in enumerate(rows)]
-    try:
-        return manager.run_sessions(sessions, {"do_sample": do_sample, "temperature": 1.0, "top_p": 1.0,
-                                               "top_k": -1})
-    finally:
-        manager.shutdown()
+def run_sessions(rows, do_sample=False):
+    """The warm start's conversations for `rows`, through the tool loop with the task's budget (128 tokens)."""
+    return run_agent_loops(MODEL, TOKENIZER, rows, 128, 144, MULTI_TURN, TOOLS, do_sample=do_sample)
 
 
 def is_correct(output, row) -> bool:
@@ -106,7 +96,7 @@ def is_correct(output, row) -> bool:
     return (score["score"] if isinstance(score, dict) else score) == 1.0
 
 
-outputs = run_sessions(MODEL, TEST_ROWS)
+outputs = run_sessions(TEST_ROWS)
 called = [o.extra_fields["tool_calls"] > 0 for o in outputs]
 right = [is_correct(o, row) for o, row in zip(outputs, TEST_ROWS)]
 for label, chosen in (("called the tool", True), ("answered directly", False)):
@@ -187,7 +177,7 @@ for text in ['<tool_call>{"name": "add", "arguments": {"a": 343, "b": 709}}</too
 # the tool's result (mask 0, log-prob 0).
 
 # %%
-sampled = run_sessions(MODEL, TEST_ROWS[:16], do_sample=True)
+sampled = run_sessions(TEST_ROWS[:16], do_sample=True)
 trajectory = next(o for o in sampled if o.extra_fields["tool_calls"] > 0)
 
 
@@ -293,7 +283,7 @@ for label in ("tools", "without tools"):
 
 # %% [markdown]
 # Averaged over every step of the 3 seeds, an answer with the tool carried 95.1 response tokens against 31.6,
-# and a step took 1.92 s against 1.43: the tool's price is three times the tokens and about a third more time
+# and a step took 2.60 s against 1.98: the tool's price is three times the tokens and about a third more time
 # per step, at this scale. (The calculator itself costs milliseconds: `timing_s/agent_loop/tool_calls/mean`.)
 
 # %% [markdown]

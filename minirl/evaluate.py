@@ -131,33 +131,47 @@ class ModelEngine:
 
 
 @torch.no_grad()
-def evaluate_agent_loops(model, tokenizer, rows: list[dict], response_length: int, max_prompt_length: int,
-                         multi_turn, tools: dict, do_sample: bool = False, seed: int = 0) -> dict[str, float]:
-    """`evaluate` for rows that run an agent loop (the tool task): one session per row, through the rows' own
-    loops (`agent_name`, else `tool_agent`), scored on the whole conversation as the trainer scores it.
+def run_agent_loops(model, tokenizer, rows: list[dict], response_length: int, max_prompt_length: int,
+                    multi_turn, tools: dict, do_sample: bool = False, seed: int = 0) -> list:
+    """Run `rows` through their own agent loops (`agent_name`, else `tool_agent`) on a plain model: one session
+    per row, row i seeded `seed + i`, at temperature 1 when sampling.
 
     Args:
         multi_turn: the loop's limits (a `minirl.config.MultiTurnConfig`).
         tools: name -> tool (`minirl.tools.load_all_tools`).
     Returns:
-        {"acc", "reward", "response_length" (all response tokens, tool results included), "num_turns",
-        "tool_calls", "malformed_tool_calls", "tool_errors"}: means over the rows.
+        One `minirl.v1.agent_loop.AgentLoopOutput` per row, in order.
     """
-    from minirl.v1.agent_loop import AgentLoopManager, LLMServer, outputs_to_batch
+    from minirl.v1.agent_loop import AgentLoopManager, LLMServer
     from minirl.v1.tool_agent_loop import ToolAgentLoop  # noqa: F401  (registers "tool_agent")
 
     if not rows:
-        raise ValueError("evaluate_agent_loops got no rows: the validation dataset is empty.")
+        raise ValueError("run_agent_loops got no rows: the validation dataset is empty.")
     server = LLMServer(ModelEngine(model, tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id, response_length)
     manager = AgentLoopManager(server, tokenizer, max_prompt_length, "error", "tool_agent",
                                response_length=response_length, multi_turn=multi_turn, tools=tools)
     sessions = [{**row, "raw_prompt": row["prompt"], "uid": str(i), "session_id": 0, "seed": seed + i}
                 for i, row in enumerate(rows)]
     try:
-        outputs = manager.run_sessions(sessions, {"do_sample": do_sample, "temperature": 1.0, "top_p": 1.0,
-                                                  "top_k": -1})
+        return manager.run_sessions(sessions, {"do_sample": do_sample, "temperature": 1.0, "top_p": 1.0,
+                                               "top_k": -1})
     finally:
         manager.shutdown()
+
+
+def evaluate_agent_loops(model, tokenizer, rows: list[dict], response_length: int, max_prompt_length: int,
+                         multi_turn, tools: dict, do_sample: bool = False, seed: int = 0) -> dict[str, float]:
+    """`evaluate` for rows that run an agent loop (the tool task): `run_agent_loops`, then each conversation
+    scored whole, as the trainer scores it.
+
+    Returns:
+        {"acc", "reward", "response_length" (all response tokens, tool results included), "num_turns",
+        "tool_calls", "malformed_tool_calls", "tool_errors"}: means over the rows.
+    """
+    from minirl.v1.agent_loop import outputs_to_batch
+
+    outputs = run_agent_loops(model, tokenizer, rows, response_length, max_prompt_length, multi_turn, tools,
+                              do_sample, seed)
     batch = outputs_to_batch(outputs, response_length, tokenizer.pad_token_id)
     attended = batch["attention_mask"][:, -response_length:]
     scores, extra = NaiveRewardManager(tokenizer)({
