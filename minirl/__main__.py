@@ -4,7 +4,7 @@
     python -m minirl train algorithm.adv_estimator=rloo trainer.total_training_steps=50
     python -m minirl config [key=value ...]                  # print the resolved config as YAML and exit
     ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m minirl train ...   # 2 CPU processes
-    python -m minirl warm-start [tiny|chain|chain-zero|word|tool] # build (or show) a cached SFT warm start
+    python -m minirl warm-start [tiny|chain|chain-zero|word|tool|teacher] # build (or show) a cached SFT warm start
     python -m minirl plot runs/minirl [--view debug]         # learning curves (or Lab C's checklist) as PNG
     python -m minirl preference-data                         # build (or show) the preference task (Chapters 3, 6)
     python -m minirl train-rm [key=value ...]                # train a Bradley-Terry reward model

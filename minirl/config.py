@@ -540,6 +540,52 @@ class RayKwargsConfig:
 
 
 @dataclass
+class DistillationLossConfig:
+    loss_mode: str = "k3"
+    """The per-token loss, by its registered name (minirl/distillation.py): k3 (= low_var_kl), k1 (= kl), k2 (= mse),
+    abs (reverse-KL estimators on the student's samples), or forward_kl_topk (forward KL over the teacher's top-k)."""
+    topk: int | None = 32
+    """forward_kl_topk: how many of the teacher's most likely tokens it returns per position."""
+    use_task_rewards: bool = True
+    """Also train on the task reward (the usual PPO/GRPO loss); false: the distillation loss alone."""
+    distillation_loss_coef: float = 1.0
+    """Weight of the distillation loss beside the task's loss (used only with use_task_rewards)."""
+    loss_max_clamp: float | None = None
+    """Clamp each token's distillation loss to [-loss_max_clamp, loss_max_clamp]; null = no clamp."""
+    log_prob_min_clamp: float | None = None
+    """forward_kl_topk: clamp the top-k log-probs of both models from below (a token one model finds impossible)."""
+    use_policy_gradient: bool = False
+    """true: the negative per-token loss is a per-token advantage for PPO's clipped loss (Thinking Machines' on-policy
+    distillation; use k1); false: the per-token loss is back-propagated directly (use k3 or forward_kl_topk)."""
+    policy_loss_mode: str = "vanilla"
+    """The policy loss used with use_policy_gradient; verl 0.9.1 implements only vanilla."""
+    clip_ratio: float = 0.2
+    """PPO's eps for that loss, where clip_ratio_low/high are null."""
+    clip_ratio_low: float | None = 0.2
+    """Its clip below 1."""
+    clip_ratio_high: float | None = 0.2
+    """Its clip above 1."""
+
+
+@dataclass
+class TeacherModelConfig:
+    model_path: str | None = None
+    """The teacher's Hugging Face directory or hub id. Its tokenizer must be the student's (the teacher scores the
+    student's token ids); e.g. the cached teacher of Chapter 14: `python -m minirl warm-start teacher`."""
+
+
+@dataclass
+class DistillationConfig:
+    enabled: bool = False
+    """On-policy distillation: a teacher scores the student's sampled tokens and the actor's loss adds a
+    distillation loss (minirl/distillation.py, minirl/teacher.py; Chapter 14)."""
+    distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)
+    teacher_models: dict[str, TeacherModelConfig] = field(default_factory=lambda: {"teacher_model": TeacherModelConfig()})
+    """One teacher, verl's `teacher_model` entry (verl can route rows to several teachers by teacher_key; minirl
+    serves one and refuses more)."""
+
+
+@dataclass
 class Config:
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
@@ -548,6 +594,7 @@ class Config:
     reward: RewardConfig = field(default_factory=RewardConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -647,7 +694,6 @@ MINIRL_LACKS: dict[str, tuple[Any, str]] = {
     "reward.reward_manager.module.path": (None, "loading a reward manager class from a file"),
     "reward.sandbox_fusion.url": (None, "code-execution rewards in a sandbox"),
     "sandbox_fusion.url": (None, "code-execution rewards in a sandbox"),
-    "distillation.enabled": (False, "on-policy distillation from a teacher (planned: Chapter 14)"),
     "trainer.resume_from_path": (None, "resuming from a chosen checkpoint (resume_mode=resume_path)"),
     **{f"skip.{name}.enable": (False, "replaying rollouts dumped by an earlier run")
        for name in ("rollout", "rollout_tq", "async_rollout")},
@@ -709,7 +755,14 @@ NO_EFFECT_REASONS = [
     ("*.model.exclude_modules", "LoRA settings: used only with lora_rank > 0 (refused)"),
     ("*.model.mtp.*", "multi-token prediction settings: used only with mtp.enable (refused)"),
     ("*.qat.*", "quantization-aware training settings: used only with qat.enable (refused)"),
-    ("distillation.*", "distillation settings: used only with distillation.enabled (refused)"),
+    ("distillation.teacher_models.teacher_model.inference.*", "the teacher's inference engine (vLLM/SGLang): minirl's "
+                                                              "teacher is a forward pass in the trainer's process"),
+    ("distillation.n_gpus_per_node", "the teacher's GPU pool: minirl's teacher runs in the trainer's process"),
+    ("distillation.nnodes", "the teacher's GPU pool: minirl's teacher runs in the trainer's process"),
+    ("distillation.teacher_models.teacher_model.num_replicas", "teacher server replicas: minirl's teacher runs in "
+                                                               "the trainer's process"),
+    ("distillation.teacher_models.teacher_model.key", "routing rows to one of several teachers: minirl serves one"),
+    ("distillation.teacher_key", "routing rows to one of several teachers: minirl serves one"),
     ("trainer.v1.sync", "sync mode's settings: verl 0.9.1 declares none"),
     ("trainer.v1.*", "v1 trainer settings: used only in a v1 mode minirl refuses"),
     ("algorithm.pf_ppo.*", "used only with algorithm.use_pf_ppo (refused)"),
@@ -825,6 +878,9 @@ def parse_overrides(overrides: list[str] | None) -> ParsedOverrides:
         if key in ALIASES:
             parsed.notices.append(f"{key} is deprecated in verl 0.9.1 (or not a verl key): using {ALIASES[key]}")
             key = ALIASES[key]
+        if key.startswith("distillation.teacher_models.") and key.split(".")[2] != "teacher_model":
+            raise ValueError(f"{key}: minirl serves one teacher, distillation.teacher_models.teacher_model (verl 0.9.1 "
+                             "routes rows to several by distillation.teacher_key); set its model_path instead")
         if key in minirl_keys:
             if key == "trainer.logger":
                 value = _check_loggers(value, parsed)
@@ -890,6 +946,10 @@ def load_config(overrides: list[str] | None = None, announce: bool = True) -> Co
         parsed.notices.append(f"policy_loss.loss_mode=sapo aggregates its policy loss with seq-mean-token-mean, as "
                               f"verl 0.9.1 does, whatever loss_agg_mode says ({actor.loss_agg_mode}, which still "
                               "applies to the entropy and KL losses)")
+    loss = config.distillation.distillation_loss
+    if config.distillation.enabled and loss.use_policy_gradient and loss.loss_mode == "forward_kl_topk":
+        parsed.notices.append("forward_kl_topk with use_policy_gradient=true (verl warns too): the update then uses "
+                              "only the sampled token's log-prob, so the teacher's top-k distribution is mostly unused")
     if announce and os.environ.get("RANK", "0") == "0":
         for notice in parsed.notices:
             print(f"minirl config: {notice}", file=sys.stderr)
@@ -1030,6 +1090,7 @@ def validate_config(config: Config) -> None:
     if high < 0:
         problems.append(f"{ACTOR}.clip_ratio_high must be >= 0 (got {high})")
     problems += policy_loss_problems(config)
+    problems += distillation_problems(config)
     if algo.adv_estimator in ("optimal_token_baseline", "tir_optimal_token_baseline"):
         if not actor.calculate_sum_pi_squared:
             problems.append(f"algorithm.adv_estimator={algo.adv_estimator} needs sum_pi_squared from the actor: set "
@@ -1126,6 +1187,34 @@ def policy_loss_problems(config: Config) -> list[str]:
     if actor.tau_pos <= 0 or actor.tau_neg <= 0:
         problems.append(f"{ACTOR}.tau_pos and tau_neg must be > 0 (got {actor.tau_pos}, {actor.tau_neg}): SAPO's "
                         "gate divides by them")
+    return problems
+
+
+def distillation_problems(config: Config) -> list[str]:
+    """What stops `distillation.*` from training as asked (checked whether or not it is enabled, as verl's
+    DistillationLossConfig does)."""
+    from minirl.distillation import DISTILLATION_LOSS_REGISTRY  # deferred: it imports the policy losses
+
+    distillation, key = config.distillation, "distillation.distillation_loss"
+    loss = distillation.distillation_loss
+    if loss.loss_mode not in DISTILLATION_LOSS_REGISTRY:
+        return [f"{key}.loss_mode={loss.loss_mode!r} is not one of {', '.join(DISTILLATION_LOSS_REGISTRY)}"]
+    problems = []
+    if loss.loss_mode in ("k1", "kl") and not loss.use_policy_gradient:  # verl's DistillationLossConfig refuses it
+        problems.append(f"{key}.loss_mode={loss.loss_mode} back-propagated directly has a gradient that does not "
+                        f"depend on the teacher (its expectation is 0): set {key}.use_policy_gradient=true (k1 as a "
+                        "per-token reward, Thinking Machines' recipe) or use loss_mode=k3 or forward_kl_topk")
+    if loss.policy_loss_mode != "vanilla":
+        problems.append(f"{key}.policy_loss_mode={loss.policy_loss_mode!r}: verl 0.9.1 implements only vanilla")
+    if loss.loss_mode == "forward_kl_topk" and not (loss.topk or 0) >= 1:
+        problems.append(f"{key}.loss_mode=forward_kl_topk needs {key}.topk >= 1 (got {loss.topk}); verl's default "
+                        "is 32")
+    if loss.loss_max_clamp is not None and loss.loss_max_clamp <= 0:
+        problems.append(f"{key}.loss_max_clamp must be > 0 or null (got {loss.loss_max_clamp})")
+    if distillation.enabled and not distillation.teacher_models["teacher_model"].model_path:
+        problems.append("distillation.enabled=true needs distillation.teacher_models.teacher_model.model_path, a model "
+                        "with the student's tokenizer (the book's: the path `python -m minirl warm-start teacher` "
+                        "prints)")
     return problems
 
 

@@ -8,6 +8,7 @@ group filter) instead of `batch.repeat(n, interleave=True)`. One training step, 
 
     uid per prompt -> repeat n (interleaved) -> generate -> (ReMax: greedy baseline) -> reward
     -> (DAPO: keep groups with a reward spread, generate more if needed) -> balance_batch
+    -> (distillation: the teacher's log-probs of the sampled tokens)
     -> old log-probs (actor; bypass mode reuses the rollout's) -> reference log-probs (if a KL is used)
     -> values (if a critic is used) -> KL in the reward (optional) -> rollout correction -> advantages
     -> critic update -> actor update (after trainer.critic_warmup) -> weight sync to the rollout -> checkpoint
@@ -66,6 +67,7 @@ from minirl.rollout_correction import compute_rollout_correction_and_rejection_m
 from minirl.run_dir import CHECKPOINT_PREFIX, LATEST_FILE, RunDirectoryBusy, RunLock, set_aside
 from minirl.seqlen_balancing import balance_order
 from minirl.sft import default_warm_start, warm_start_dir
+from minirl.teacher import build_teacher
 from minirl.workers import build_actor, build_critic, build_reference, build_rollout
 
 TRAIN, VALIDATION = 0, 1  # tags that keep training and validation sampling seeds apart
@@ -164,6 +166,8 @@ class PPOTrainer:
         self.actor, self.rollout, self.reference, self.critic = (roles[k] for k in ("actor", "rollout", "reference",
                                                                                      "critic"))
         self.worker_groups = roles.get("groups", [])  # Ray's processes, stopped when fit() ends
+        # on-policy distillation: a frozen teacher scores the student's tokens (verl: a teacher server pool)
+        self.teacher = build_teacher(cfg, self.tokenizer, self.accelerator) if cfg.distillation.enabled else None
         self.kl_ctrl = (AdaptiveKLController(algo.kl_ctrl.kl_coef, algo.kl_ctrl.target_kl, algo.kl_ctrl.horizon)
                         if algo.kl_ctrl.type == "adaptive" else FixedKLController(algo.kl_ctrl.kl_coef))
         self.global_step = 0
@@ -335,6 +339,9 @@ class PPOTrainer:
         actor_cfg, n = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout.n
         metrics = {}
         batch, epoch = self._collect_batch(timing, metrics)
+        if self.teacher is not None:  # verl's agent loop asks the teacher right after each sample (timed in gen)
+            with timer("gen", timing):
+                batch = batch.union(self.teacher.compute_teacher_logprobs(batch))
         if cfg.trainer.balance_batch:
             batch = batch.select_idxs(balance_order(batch["attention_mask"].sum(-1)))
         bypass = algo.rollout_correction.bypass_mode

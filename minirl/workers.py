@@ -30,8 +30,16 @@ from pathlib import Path
 import torch
 
 from minirl import models
-from minirl.config import ActorConfig, CriticConfig, RefConfig, RolloutConfig, RolloutCorrectionConfig
+from minirl.config import (
+    ActorConfig,
+    CriticConfig,
+    DistillationConfig,
+    RefConfig,
+    RolloutConfig,
+    RolloutCorrectionConfig,
+)
 from minirl.core import agg_loss, entropy_from_logits, logprobs_from_logits, sum_pi_squared_from_logits
+from minirl.distillation import combine_with_policy_loss, distillation_loss, needs_policy_loss, uses_topk
 from minirl.kl import kl_penalty
 from minirl.metrics import mean_of
 from minirl.optim import build_lr_scheduler, build_optimizer
@@ -153,9 +161,10 @@ class _TrainedModel:
 
         Each process takes its chunk of every mini-batch and cuts it into micro-batches;
         `micro_step(micro, counts)` returns the micro-batch's loss (already normalised by the whole
-        mini-batch's `counts`, see `agg_loss`) and two dicts of metrics: loss values, summed over
-        micro-batches and averaged over processes as verl does (the loss of the whole mini-batch), and
-        token-weighted sums, divided by the mini-batch's tokens. Metrics are averaged over mini-batches;
+        mini-batch's `counts`, see `agg_loss`) and three dicts of metrics: loss values, summed over
+        micro-batches and averaged over processes as verl does (the loss of the whole mini-batch),
+        token-weighted sums, divided by the mini-batch's tokens, and extremes (names ending in _min or _max),
+        the mini-batch's minimum or maximum. Metrics are averaged over mini-batches;
         `<prefix>grad_norm` is the norm before clipping and `<prefix>lr` the next step's lr, as verl logs them.
         """
         accelerator = self.accelerator
@@ -166,19 +175,25 @@ class _TrainedModel:
                 mine = dp_chunk(mini_batch, accelerator)
                 micro_batches = make_micro_batches(mine, config.ppo_micro_batch_size_per_gpu, config.use_dynamic_bsz,
                                                    config.ppo_max_token_len_per_gpu, accelerator)
-                losses, weighted = defaultdict(float), defaultdict(float)
+                losses, weighted, extremes = defaultdict(float), defaultdict(float), {}
                 for i, rows in enumerate(micro_batches):
-                    loss, micro_losses, micro_weighted = micro_step(mine.select_idxs(rows), counts)
+                    loss, micro_losses, micro_weighted, micro_extremes = micro_step(mine.select_idxs(rows), counts)
                     for key, value in micro_losses.items():
                         losses[key] += value
                     for key, value in micro_weighted.items():
                         weighted[key] += value
+                    for key, value in micro_extremes.items():
+                        pick = min if key.endswith("_min") else max
+                        extremes[key] = pick(extremes.get(key, value), value)
                     self._backward(loss, last=i == len(micro_batches) - 1)
                 sums = {**losses, **weighted}
                 totals = dict(zip(sorted(sums), all_reduce_sum([sums[k] for k in sorted(sums)], accelerator)))
                 tokens = max(counts["batch_num_tokens"], 1)
                 step = {key: total / (accelerator.num_processes if key in losses else tokens)
                         for key, total in totals.items()}
+                for key in sorted(extremes):  # a minimum is minus the maximum of minus the values
+                    sign = -1.0 if key.endswith("_min") else 1.0
+                    step[key] = sign * all_reduce_max(sign * extremes[key], accelerator)
                 step[f"{prefix}grad_norm"] = self._optimizer_step()
                 metrics.append(step)
         result = mean_of(metrics)
@@ -292,17 +307,14 @@ class Actor(_TrainedModel):
     """The policy being trained (verl's actor: `engine_workers.py::ActorRolloutRefWorker` + `TrainingWorker`)."""
 
     def __init__(self, model, config: ActorConfig, rollout_config: RolloutConfig, gradient_checkpointing: bool,
-                 accelerator, total_training_steps: int, correction: RolloutCorrectionConfig | None = None):
+                 accelerator, total_training_steps: int, correction: RolloutCorrectionConfig | None = None,
+                 distillation: DistillationConfig | None = None):
         super().__init__(model, config.optim, accelerator, total_training_steps, gradient_checkpointing)
         self.config = config
         self.rollout_config = rollout_config
         self.correction = correction or RolloutCorrectionConfig()
+        self.distillation = distillation if distillation is not None and distillation.enabled else None
         self.temperature = rollout_config.temperature
-
-    def _log_probs(self, data: DataProto, calculate_entropy: bool, model=None):
-        inputs = {k: data[k].to(self.accelerator.device) for k in MODEL_INPUTS}
-        return models.compute_log_probs(model or self.model, **inputs, response_length=data["responses"].shape[1],
-                                        temperature=self.temperature, calculate_entropy=calculate_entropy)
 
     @torch.no_grad()
     def compute_log_prob(self, data: DataProto) -> DataProto:
@@ -341,36 +353,57 @@ class Actor(_TrainedModel):
 
         In rollout correction's bypass mode `old_log_probs` holds the rollout's log-probs and the loss is
         `bypass_mode`; its `rollout_corr/*` metrics are token-weighted like the fractions.
+
+        With distillation enabled (the batch then holds the teacher's `teacher_logprobs`), the loss is verl's
+        `distillation_ppo_loss` (minirl/distillation.py): this PPO loss and/or the distillation loss, and the
+        `distillation/*` metrics.
         """
         cfg = self.config
         self.model.train()
         # verl's apply_bypass_mode switches the loss to bypass_mode (old_log_probs are then the rollout's)
         policy_loss_fn = get_policy_loss_fn("bypass_mode" if self.correction.bypass_mode
                                             else cfg.policy_loss.loss_mode)
+        distill = self.distillation.distillation_loss if self.distillation is not None else None
+        topk = distill is not None and uses_topk(distill.loss_mode)
 
         def micro_step(micro: DataProto, counts: dict):
             info = {"dp_size": self.accelerator.num_processes, **counts, "loss_scale_factor": cfg.loss_scale_factor}
             mask = micro["response_mask"].to(self.accelerator.device)
-            log_prob, entropy = self._log_probs(micro, calculate_entropy=cfg.entropy_coeff != 0)
+            inputs = {k: micro[k].to(self.accelerator.device) for k in MODEL_INPUTS}
+            logits = models.response_logits(self.model, **inputs, response_length=micro["responses"].shape[1],
+                                            temperature=self.temperature)
+            log_prob = logprobs_from_logits(logits, inputs["input_ids"][:, -mask.shape[1]:])
             device = log_prob.device
-            old_log_prob, advantages = micro["old_log_probs"].to(device), micro["advantages"].to(device)
+            old_log_prob = micro["old_log_probs"].to(device)
             weights = micro["rollout_is_weights"].to(device) if "rollout_is_weights" in micro else None
-            pg_loss, fractions = policy_loss_fn(old_log_prob, log_prob, advantages, mask,
-                                                loss_agg_mode=cfg.loss_agg_mode,
-                                                config=policy_loss_view(cfg, info, self.correction),
-                                                rollout_is_weights=weights)
-            loss, losses = pg_loss, {"actor/pg_loss": pg_loss.item()}
-            if cfg.entropy_coeff != 0:
-                entropy_loss = agg_loss(entropy, mask, cfg.loss_agg_mode, **info)
-                loss = loss - cfg.entropy_coeff * entropy_loss
-                losses["actor/entropy_loss"] = entropy_loss.item()
-            if cfg.use_kl_loss:
-                kl_loss = agg_loss(kl_penalty(log_prob, micro["ref_log_prob"].to(device), cfg.kl_loss_type), mask,
-                                   cfg.loss_agg_mode, **info)
-                loss = loss + cfg.kl_loss_coef * kl_loss
-                losses["actor/kl_loss"] = kl_loss.item()
+            loss, losses, weighted = None, {}, {}
+            if distill is None or needs_policy_loss(distill):  # verl's ppo_loss
+                pg_loss, fractions = policy_loss_fn(old_log_prob, log_prob, micro["advantages"].to(device), mask,
+                                                    loss_agg_mode=cfg.loss_agg_mode,
+                                                    config=policy_loss_view(cfg, info, self.correction),
+                                                    rollout_is_weights=weights)
+                loss, losses, weighted = pg_loss, {"actor/pg_loss": pg_loss.item()}, fractions
+                if cfg.entropy_coeff != 0:
+                    entropy_loss = agg_loss(entropy_from_logits(logits), mask, cfg.loss_agg_mode, **info)
+                    loss = loss - cfg.entropy_coeff * entropy_loss
+                    losses["actor/entropy_loss"] = entropy_loss.item()
+                if cfg.use_kl_loss:
+                    kl_loss = agg_loss(kl_penalty(log_prob, micro["ref_log_prob"].to(device), cfg.kl_loss_type), mask,
+                                       cfg.loss_agg_mode, **info)
+                    loss = loss + cfg.kl_loss_coef * kl_loss
+                    losses["actor/kl_loss"] = kl_loss.item()
+            extremes = {}
+            if distill is not None:  # verl's distillation_ppo_loss
+                teacher = {key: micro[key].to(device) for key in ("teacher_logprobs", "teacher_ids") if key in micro}
+                student = {"log_probs": log_prob, **({"logits": logits} if topk else {})}
+                distill_loss, distill_metrics = distillation_loss(student, teacher, mask, distill, cfg.loss_agg_mode,
+                                                                  info, old_log_prob, weights)
+                loss = combine_with_policy_loss(loss, distill_loss, distill)
+                losses["distillation/loss"] = distill_loss.item()
+                for key, value in distill_metrics.items():
+                    (extremes if key.endswith(("_min", "_max")) else weighted)[key] = value
             tokens = mask.sum().item()
-            return loss, losses, {key: value * tokens for key, value in fractions.items()}
+            return loss, losses, {key: value * tokens for key, value in weighted.items()}, extremes
 
         result = self._update(data, rows_per_mini_batch, cfg, micro_step, "actor/")
         if cfg.use_kl_loss:
@@ -447,7 +480,7 @@ class Critic(_TrainedModel):
                 cfg.cliprange_value, cfg.loss_agg_mode, dp_size=self.accelerator.num_processes, **counts)
             weighted = {"critic/vf_clipfrac": vf_clipfrac.item() * mask.sum().item(),
                         "critic/vpred_mean": (vpreds.detach() * mask).sum().item()}
-            return vf_loss, {"critic/vf_loss": vf_loss.item()}, weighted
+            return vf_loss, {"critic/vf_loss": vf_loss.item()}, weighted, {}
 
         return self._update(data, rows_per_mini_batch, cfg, micro_step, "critic/")
 
@@ -461,7 +494,7 @@ def build_actor(config, model_path: str, accelerator, total_training_steps: int)
     """The actor from `actor_rollout_ref.*` (its rollout settings and the rollout-correction config included)."""
     arr = config.actor_rollout_ref
     return Actor(models.load_policy(model_path), arr.actor, arr.rollout, arr.model.enable_gradient_checkpointing,
-                 accelerator, total_training_steps, config.algorithm.rollout_correction)
+                 accelerator, total_training_steps, config.algorithm.rollout_correction, config.distillation)
 
 
 def build_rollout(actor: Actor, tokenizer, config) -> Rollout:
