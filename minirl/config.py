@@ -580,7 +580,8 @@ class DistillationConfig:
     """On-policy distillation: a teacher scores the student's sampled tokens and the actor's loss adds a
     distillation loss (minirl/distillation.py, minirl/teacher.py; Chapter 14)."""
     distillation_loss: DistillationLossConfig = field(default_factory=DistillationLossConfig)
-    teacher_models: dict[str, TeacherModelConfig] = field(default_factory=lambda: {"teacher_model": TeacherModelConfig()})
+    teacher_models: dict[str, TeacherModelConfig] = field(
+        default_factory=lambda: {"teacher_model": TeacherModelConfig()})
     """One teacher, verl's `teacher_model` entry (verl can route rows to several teachers by teacher_key; minirl
     serves one and refuses more)."""
 

@@ -187,7 +187,8 @@ def forward_kl_topk_loss(student: dict, teacher: dict, response_mask: torch.Tens
         terms["overlap_token_advantage"][overlapping].mean().item() if overlapping.any() else 0.0)
     for who in ("student", "teacher"):
         mass = terms[f"{who}_mass"][valid]
-        metrics.update({f"distillation/{who}_mass": mass.mean().item(), f"distillation/{who}_mass_min": mass.min().item(),
+        metrics.update({f"distillation/{who}_mass": mass.mean().item(),
+                        f"distillation/{who}_mass_min": mass.min().item(),
                         f"distillation/{who}_mass_max": mass.max().item()})
     return terms["distillation_losses"].clamp_min(0.0), metrics  # top-k: KL over part of the support can be < 0
 

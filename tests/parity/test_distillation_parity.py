@@ -89,8 +89,8 @@ def test_reverse_kl_estimators_match_verl(mode, dtype):
         verl_config, ours_config = loss_configs(loss_mode=mode, use_policy_gradient=True)
         theirs, their_metrics = V.compute_distillation_loss_reverse_kl_estimator(
             None, verl_config, {"log_probs": pack(student, prompt_lens, response_lens, g)}, data)
-        ours, our_metrics = M.reverse_kl_estimator_loss({"log_probs": student}, {"teacher_logprobs": teacher[..., None]},
-                                                        mask, ours_config)
+        ours, our_metrics = M.reverse_kl_estimator_loss(
+            {"log_probs": student}, {"teacher_logprobs": teacher[..., None]}, mask, ours_config)
         assert_close(f"distillation {mode} per-token loss", ours, theirs, dtype, where=valid(response_lens))
         assert our_metrics.keys() == their_metrics.keys()
         assert_close("distillation/abs_loss", our_metrics["distillation/abs_loss"],
@@ -155,6 +155,48 @@ def verl_actor(mode: str, info: dict) -> ActorConfig:
     return config
 
 
+def compare_distillation_loss(loss_mode: str, use_policy_gradient: bool, agg: str, seed: int) -> None:
+    dtype = torch.float64
+    prompt_lens, response_lens, mask, data, g = layout(seed)
+    info = {"dp_size": 1, "batch_num_tokens": int(mask.sum()) + 3 * seed, "global_batch_size": B + seed}
+    for key, v in info.items():
+        data.set_non_tensor(key, v)
+    data.set_non_tensor("max_response_len", R)
+    logits, teacher_lp, teacher_ids = topk_inputs(seed, dtype)
+    student_lp = torch.log_softmax(logits, -1).gather(-1, teacher_ids[..., :1]).squeeze(-1)
+    old = student_lp.detach() + torch.randn(B, R, generator=g, dtype=dtype) * 0.3
+    data["old_log_probs"] = old
+    topk = loss_mode == "forward_kl_topk"
+    settings = {"loss_mode": loss_mode, "use_policy_gradient": use_policy_gradient, "loss_max_clamp": 0.5,
+                "clip_ratio_high": 0.28, **({"topk": K} if topk else {})}
+    verl_config, ours_config = loss_configs(**settings)
+    teacher = {"teacher_logprobs": teacher_lp, "teacher_ids": teacher_ids} if topk else \
+        {"teacher_logprobs": teacher_lp[..., :1] - 0.7}
+    if not topk:
+        data["teacher_logprobs"] = pack(teacher["teacher_logprobs"], prompt_lens, response_lens, g, nested=True)
+
+    def student(leaf):
+        return torch.log_softmax(leaf, -1).gather(-1, teacher_ids[..., :1]).squeeze(-1)
+
+    leaf = logits.clone().requires_grad_(True)
+    ours = M.distillation_loss({"log_probs": student(leaf), "logits": leaf}, teacher, mask, ours_config, agg,
+                               {**info, "loss_scale_factor": None}, old_log_prob=old)
+    ours_grad = torch.autograd.grad(ours[0], leaf)[0]
+    leaf = logits.clone().requires_grad_(True)
+    model_output = {"log_probs": pack(student(leaf), prompt_lens, response_lens, g)}
+    if topk:
+        terms = M.forward_kl_topk_terms(leaf, teacher_lp, teacher_ids, None)  # compared with verl's above
+        model_output.update({key: pack(terms[key], prompt_lens, response_lens, g) for key in terms})
+    theirs = V.distillation_loss(verl_actor(agg, {}), verl_config, model_output, data)
+    theirs_grad = torch.autograd.grad(theirs[0], leaf)[0]
+    name = f"distillation_loss {loss_mode} pg={use_policy_gradient} {agg}"
+    assert_close(name, ours[0], theirs[0], dtype)
+    assert_close(f"{name} grad", ours_grad, theirs_grad, dtype)
+    assert ours[1].keys() == theirs[1].keys(), f"{sorted(ours[1])} vs verl {sorted(theirs[1])}"
+    for key, ours_value in ours[1].items():
+        assert_close(f"{name} {key}", ours_value, value(theirs[1][key]), dtype)
+
+
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
 @pytest.mark.parametrize("use_policy_gradient", [False, True])
 @pytest.mark.parametrize("loss_mode", ["k3", "k1", "k2", "forward_kl_topk"])
@@ -162,50 +204,8 @@ def test_distillation_loss_matches_verl(loss_mode, use_policy_gradient, agg):
     """losses.py::distillation_loss: the range metrics, the clamp, then agg_loss or the PPO loss with A_t = -l_t."""
     if loss_mode == "k1" and not use_policy_gradient:
         pytest.skip("refused by both (a gradient that does not depend on the teacher)")
-    dtype = torch.float64
     for seed in range(2):
-        prompt_lens, response_lens, mask, data, g = layout(seed)
-        info = {"dp_size": 1, "batch_num_tokens": int(mask.sum()) + 3 * seed, "global_batch_size": B + seed}
-        for key, v in info.items():
-            data.set_non_tensor(key, v)
-        data.set_non_tensor("max_response_len", R)
-        logits, teacher_lp, teacher_ids = topk_inputs(seed, dtype)
-        student_lp = torch.log_softmax(logits, -1).gather(-1, teacher_ids[..., :1]).squeeze(-1)
-        old = student_lp.detach() + torch.randn(B, R, generator=g, dtype=dtype) * 0.3
-        data["old_log_probs"] = old
-        settings = {"loss_mode": loss_mode, "use_policy_gradient": use_policy_gradient, "loss_max_clamp": 0.5,
-                    "clip_ratio_high": 0.28, **({"topk": K} if loss_mode == "forward_kl_topk" else {})}
-        verl_config, ours_config = loss_configs(**settings)
-        topk = loss_mode == "forward_kl_topk"
-        teacher = {"teacher_logprobs": teacher_lp, "teacher_ids": teacher_ids} if topk else \
-            {"teacher_logprobs": teacher_lp[..., :1] - 0.7}
-
-        def ours_run():
-            leaf = logits.clone().requires_grad_(True)
-            lp = torch.log_softmax(leaf, -1).gather(-1, teacher_ids[..., :1]).squeeze(-1)
-            loss, metrics = M.distillation_loss({"log_probs": lp, "logits": leaf}, teacher, mask, ours_config, agg,
-                                                {**info, "loss_scale_factor": None}, old_log_prob=old)
-            return loss, metrics, torch.autograd.grad(loss, leaf)[0]
-
-        def theirs_run():
-            leaf = logits.clone().requires_grad_(True)
-            lp = torch.log_softmax(leaf, -1).gather(-1, teacher_ids[..., :1]).squeeze(-1)
-            model_output = {"log_probs": pack(lp, prompt_lens, response_lens, g)}
-            if topk:
-                terms = M.forward_kl_topk_terms(leaf, teacher_lp, teacher_ids, None)  # compared above with verl's
-                model_output.update({key: pack(terms[key], prompt_lens, response_lens, g) for key in terms})
-            else:
-                data["teacher_logprobs"] = pack(teacher["teacher_logprobs"], prompt_lens, response_lens, g, nested=True)
-            loss, metrics = V.distillation_loss(verl_actor(agg, {}), verl_config, model_output, data)
-            return loss, metrics, torch.autograd.grad(loss, leaf)[0]
-
-        ours, theirs = ours_run(), theirs_run()
-        name = f"distillation_loss {loss_mode} pg={use_policy_gradient} {agg}"
-        assert_close(name, ours[0], theirs[0], dtype)
-        assert_close(f"{name} grad", ours[2], theirs[2], dtype)
-        assert ours[1].keys() == theirs[1].keys(), f"{sorted(ours[1])} vs verl {sorted(theirs[1])}"
-        for key, ours_value in ours[1].items():
-            assert_close(f"{name} {key}", ours_value, value(theirs[1][key]), dtype)
+        compare_distillation_loss(loss_mode, use_policy_gradient, agg, seed)
 
 
 @pytest.mark.parametrize("use_task_rewards", [False, True])
