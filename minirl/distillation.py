@@ -96,6 +96,19 @@ def uses_topk(name: str) -> bool:
     return DISTILLATION_SETTINGS_REGISTRY[name].use_topk
 
 
+def _mean(values: torch.Tensor) -> float:
+    """The mean of the valid tokens' values; 0 for none (the metric is token-weighted, so it then weighs nothing)."""
+    return values.mean().item() if values.numel() else 0.0
+
+
+def _range(name: str, values: torch.Tensor) -> dict[str, float]:
+    """{name_min, name_max} of the valid tokens' values; with none, +inf and -inf (the neutral elements, so a
+    micro-batch without a valid token leaves the mini-batch's minimum and maximum as they are)."""
+    if not values.numel():
+        return {f"{name}_min": float("inf"), f"{name}_max": float("-inf")}
+    return {f"{name}_min": values.min().item(), f"{name}_max": values.max().item()}
+
+
 # ----------------------------------------------------------------------------------------------
 # The per-token losses
 # ----------------------------------------------------------------------------------------------
@@ -122,7 +135,7 @@ def reverse_kl_estimator_loss(student: dict, teacher: dict, response_mask: torch
     check_same_shape(log_probs=student["log_probs"], teacher_logprobs=teacher_log_probs, response_mask=response_mask)
     losses = kl_penalty(student["log_probs"], teacher_log_probs, loss_config.loss_mode)
     valid = response_mask.bool()
-    return losses, {"distillation/abs_loss": losses[valid].abs().mean().item()}  # k1 can be negative
+    return losses, {"distillation/abs_loss": _mean(losses[valid].abs())}  # k1 can be negative
 
 
 def forward_kl_topk_terms(student_logits: torch.Tensor, teacher_topk_log_probs: torch.Tensor,
@@ -181,15 +194,13 @@ def forward_kl_topk_loss(student: dict, teacher: dict, response_mask: torch.Tens
                                   loss_config.log_prob_min_clamp)
     valid = response_mask.bool()
     check_same_shape(losses=terms["distillation_losses"], response_mask=response_mask)
-    metrics = {"distillation/overlap_ratio": (terms["overlap_count"][valid].float().mean() / loss_config.topk).item()}
-    overlapping = valid & (terms["overlap_count"] > 0)
-    metrics["distillation/overlap_token_advantage"] = (
-        terms["overlap_token_advantage"][overlapping].mean().item() if overlapping.any() else 0.0)
+    overlap_ratio = terms["overlap_count"][valid].float().mean() / loss_config.topk if valid.any() else torch.zeros(())
+    metrics = {"distillation/overlap_ratio": overlap_ratio.item(),
+               "distillation/overlap_token_advantage": _mean(
+                   terms["overlap_token_advantage"][valid & (terms["overlap_count"] > 0)])}
     for who in ("student", "teacher"):
         mass = terms[f"{who}_mass"][valid]
-        metrics.update({f"distillation/{who}_mass": mass.mean().item(),
-                        f"distillation/{who}_mass_min": mass.min().item(),
-                        f"distillation/{who}_mass_max": mass.max().item()})
+        metrics.update({f"distillation/{who}_mass": _mean(mass), **_range(f"distillation/{who}_mass", mass)})
     return terms["distillation_losses"].clamp_min(0.0), metrics  # top-k: KL over part of the support can be < 0
 
 
@@ -218,8 +229,7 @@ def distillation_loss(student: dict, teacher: dict, response_mask: torch.Tensor,
         old_log_prob, rollout_is_weights: (B, R), for use_policy_gradient.
     """
     losses, metrics = get_distillation_loss_fn(loss_config.loss_mode)(student, teacher, response_mask, loss_config)
-    valid = losses.detach()[response_mask.bool()]
-    metrics["distillation/loss_min"], metrics["distillation/loss_max"] = valid.min().item(), valid.max().item()
+    metrics.update(_range("distillation/loss", losses.detach()[response_mask.bool()]))
     if loss_config.loss_max_clamp is not None:  # both sides: k1 can be negative
         losses = losses.clamp(min=-loss_config.loss_max_clamp, max=loss_config.loss_max_clamp)
     if not loss_config.use_policy_gradient:  # back-propagate the per-token loss itself
