@@ -84,6 +84,7 @@ test: install $(RAY_INSTALLED) $(VERL_INSTALLED) $(TRL_INSTALLED)
 	$(PY) -m minirl warm-start chain-zero > /dev/null
 	$(PY) -m minirl warm-start word > /dev/null  # Lab A's GSM8K-format word problems
 	$(PY) -m minirl warm-start tool > /dev/null  # Chapter 13: 3-digit sums with a calculator tool
+	$(PY) -m minirl warm-start teacher > /dev/null  # Chapter 14: the tiny task's teacher for distillation
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=25 --target solutions --ignore=tests/parity --ignore=tests/parity_trl
 	$(VERL_PY) -m pytest tests/parity
 	$(TRL_PY) -m pytest tests/parity_trl

@@ -110,11 +110,12 @@ WORD_SFT = SFTConfig(demo_style="word", max_length=112, response_length=24)
 TOOL_SFT = SFTConfig(demo_style="tool", worked_fraction=0.5, wrong_fraction=0.3, max_operand=999, max_length=144,
                      response_length=128, steps=600)
 """The warm start of Chapter 13's tool task: half of its demonstrations call `add`, 30% of either kind go wrong."""
-TEACHER_SFT = SFTConfig(wrong_fraction=0.0, steps=1500, lr=2e-3, lr_scheduler_type="cosine",
+TEACHER_SFT = SFTConfig(wrong_fraction=0.0, steps=600, lr=2e-3, lr_scheduler_type="cosine",
                         model=dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2,
                                    intermediate_size=512))
 """The teacher of Chapter 14's distillation: the tiny task's questions, 5x the student's parameters (1.6M vs 0.33M),
-demonstrations without mistakes, 1.5x the steps. Same tokenizer and chat template as every warm start."""
+demonstrations without mistakes, 600 steps (the student had 1000). Same tokenizer and chat template as every warm
+start: greedy accuracy 0.98 on the held-out questions (the student's warm start: 0.45)."""
 WARM_STARTS = {"tiny": SFTConfig(), "chain": CHAIN_SFT, "chain-zero": CHAIN_ZERO_SFT, "word": WORD_SFT,
                "tool": TOOL_SFT, "teacher": TEACHER_SFT}
 """The warm starts `python -m minirl warm-start NAME` builds: the tiny task's (Chapters 1-4, 7), the chain
