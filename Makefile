@@ -22,6 +22,7 @@ TORCH_SPEC ?= torch==2.13.0
 PY         := $(VENV)/bin/python
 INSTALLED  := $(VENV)/.installed
 RAY_INSTALLED := $(VENV)/.ray-installed
+LORA_INSTALLED := $(VENV)/.lora-installed
 VERL_VENV  ?= .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_INSTALLED := $(VERL_VENV)/.installed
@@ -43,6 +44,11 @@ $(INSTALLED): pyproject.toml
 # Ray is an optional extra: only Chapter 10 and its tests use it (trainer.use_ray); make test and make lab add it.
 $(RAY_INSTALLED): $(INSTALLED)
 	$(PY) -m pip install --quiet -e ".[dev,ray]"
+	touch $@
+
+# PEFT is an optional extra too: only LoRA (Chapter 14, actor_rollout_ref.model.lora_rank > 0) uses it.
+$(LORA_INSTALLED): $(INSTALLED)
+	$(PY) -m pip install --quiet -e ".[dev,lora]"
 	touch $@
 
 # The book's math renderer, from the npm registry (served by the site itself; see minirl/book/mkdocs_hooks.py).
@@ -76,7 +82,7 @@ demo: install
 		actor_rollout_ref.actor.optim.lr=2e-4
 	$(PY) -m minirl plot runs/demo
 
-test: install $(RAY_INSTALLED) $(VERL_INSTALLED) $(TRL_INSTALLED)
+test: install $(RAY_INSTALLED) $(LORA_INSTALLED) $(VERL_INSTALLED) $(TRL_INSTALLED)
 	$(PY) -m ruff check .
 	$(PY) -m minirl warm-start > /dev/null  # built once, before the parallel workers need it
 	$(PY) -m minirl preference-data > /dev/null  # the preference task of Chapters 3 and 6, likewise
@@ -111,7 +117,7 @@ book: install
 serve: install
 	$(PY) -m mkdocs serve
 
-lab: install $(RAY_INSTALLED)
+lab: install $(RAY_INSTALLED) $(LORA_INSTALLED)
 	$(VENV)/bin/jupyter lab chapters/
 
 grade: install

@@ -6,6 +6,7 @@
     ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 -m minirl train ...   # 2 CPU processes
     python -m minirl warm-start [tiny|chain|chain-zero|word|tool|teacher] # build (or show) a cached SFT warm start
     python -m minirl plot runs/minirl [--view debug]         # learning curves (or Lab C's checklist) as PNG
+    python -m minirl merge RUN/global_step_N/actor OUT       # a LoRA adapter merged into a plain HF directory
     python -m minirl preference-data                         # build (or show) the preference task (Chapters 3, 6)
     python -m minirl train-rm [key=value ...]                # train a Bradley-Terry reward model
     python -m minirl dpo [key=value ...]                     # DPO on fixed comparisons (minirl/dpo.py)
@@ -100,6 +101,20 @@ def _run(argv: list[str] | None) -> int:
         path = default_warm_start(WARM_STARTS[name])
         print(path)
         print((path / "warm_start.json").read_text())
+        return 0
+    if command == "merge":
+        from minirl.lora import merge_adapter_directory
+
+        base = rest[rest.index("--base") + 1] if "--base" in rest[:-1] else None
+        paths = [arg for i, arg in enumerate(rest) if arg != "--base" and (i == 0 or rest[i - 1] != "--base")]
+        if len(paths) != 2:
+            print(command_help("merge"), file=sys.stderr)
+            return 2
+        try:
+            print(merge_adapter_directory(paths[0], paths[1], base))
+        except (ValueError, FileNotFoundError) as error:
+            _say_error(error)
+            return 2
         return 0
     if command == "plot":
         from minirl.plot import main as plot

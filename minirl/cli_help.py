@@ -70,13 +70,19 @@ COMMANDS = {
     "config": ("python -m minirl config [key=value ...]",
                "Print the resolved config as YAML and exit (verl/Hydra's --cfg job): no model, no data.",
                "python -m minirl config algorithm.adv_estimator=gae | grep -A3 critic:"),
-    "warm-start": ("python -m minirl warm-start [tiny|chain|chain-zero|word]",
+    "warm-start": ("python -m minirl warm-start [tiny|chain|chain-zero|word|tool|teacher]",
                    "Build (the first time, about a minute of SFT) or show a cached SFT warm start and print its "
                    "directory and its\nwarm_start.json (accuracy, seed, settings). The cache is $MINIRL_CACHE_DIR, "
                    "else ~/.cache/minirl.\n  tiny        the arithmetic task of `make demo` and most chapters\n"
                    "  chain       the chain task of Chapters 5 and 8\n  chain-zero  R1-Zero's start for Chapter 8\n"
-                   "  word        Lab A's GSM8K-format word problems",
+                   "  word        Lab A's GSM8K-format word problems\n  tool        Chapter 13's sums with a "
+                   "calculator tool\n  teacher     Chapter 14's teacher for distillation (1.6M parameters)",
                    "python -m minirl warm-start chain"),
+    "merge": ("python -m minirl merge ADAPTER_DIR OUT_DIR [--base MODEL_DIR]",
+              "Merge a LoRA adapter (a LoRA run's checkpoint: RUN_DIR/global_step_N/actor) into its base model and "
+              "save a plain\nHugging Face directory with the tokenizer (verl: python -m verl.model_merger merge). "
+              "The base defaults to the\nmodel the adapter was trained on (adapter_config.json).",
+              "python -m minirl merge runs/lora/global_step_20/actor runs/lora/merged"),
     "plot": ("python -m minirl plot RUN_DIR [RUN_DIR ...] [--view curves|debug] [--out PNG]",
              "Plot the learning curves of one or more runs (their metrics.jsonl) and save a PNG in the first "
              "run's directory.\n--view debug draws Lab C's checklist (ppo_kl, pg_clipfrac, entropy, grad_norm, the "

@@ -74,12 +74,47 @@ class DataConfig:
 
 
 @dataclass
+class LoraGroupConfig:
+    """verl's `model.lora.*` group (its Megatron engine's spelling of LoRA; minirl/lora.py maps it onto PEFT)."""
+
+    rank: int = 0
+    """LoRA rank r; > 0 trains adapters instead of the weights. Set this or lora_rank, not both."""
+    alpha: float = 32
+    """The adapter's scale is alpha / rank (Megatron's default 32; the flat key lora_alpha defaults to 16)."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input."""
+    target_modules: list[str] = field(default_factory=lambda: ["linear_qkv", "linear_proj", "linear_fc1",
+                                                                "linear_fc2"])
+    """Megatron's module names (linear_qkv = q/k/v_proj, linear_proj = o_proj, linear_fc1 = gate/up_proj,
+    linear_fc2 = down_proj); Hugging Face names pass through."""
+    exclude_modules: list[str] = field(default_factory=list)
+    """Modules to leave without an adapter."""
+    lora_A_init_method: str = "xavier"
+    """How A starts: xavier (Xavier-uniform, Megatron's) or kaiming (PEFT's); B starts at 0 either way."""
+    adapter_path: str | None = None
+    """Continue training a saved adapter (with lora.rank > 0)."""
+
+
+@dataclass
 class ModelConfig:
     path: str = TINY
     """A Hugging Face model directory or hub id, e.g. Qwen/Qwen2.5-0.5B-Instruct; "tiny" = the cached warm start."""
     enable_gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (Hugging Face's gradient_checkpointing_enable, use_reentrant=False):
     less memory, ~30% more compute, the same gradients. verl default: true."""
+    lora_rank: int = 0
+    """LoRA rank r (minirl/lora.py, Chapter 14): > 0 freezes the model and trains rank-r adapters through PEFT; the
+    reference policy is then the model with its adapter off, and checkpoints hold the adapter."""
+    lora_alpha: float = 16
+    """The adapter's scale is lora_alpha / lora_rank."""
+    target_modules: Any = "all-linear"
+    """Which layers get an adapter: all-linear (every linear layer but the output head) or a list of module names,
+    e.g. [q_proj,v_proj]."""
+    exclude_modules: Any = None
+    """Module names (or a regex) to leave without an adapter."""
+    lora_adapter_path: str | None = None
+    """Continue training a saved adapter (a checkpoint's actor directory); needs lora_rank > 0, as in verl."""
+    lora: LoraGroupConfig = field(default_factory=LoraGroupConfig)
 
 
 @dataclass
@@ -645,7 +680,6 @@ MISPLACED_KEYS = {f"{ACTOR}.policy_loss.tau_pos": f"{ACTOR}.tau_pos",
 # unless set to verl 0.9.1's default, where they change nothing (tests/parity checks each default against verl's
 # generated config). A key inside one of these (override_config.attention_dropout=...) is refused whatever its value.
 # key -> (verl's default, what the key does in verl)
-_LORA = "LoRA adapters (planned: Chapter 14)"
 _V1 = "verl's v1 custom samplers, refilling failed groups, and lending the trainer's GPUs to separate_async's rollout"
 _TOOLS = "agent loops declared in a YAML file, and filtering prompts by their length with the tool schemas"
 MINIRL_LACKS: dict[str, tuple[Any, str]] = {
@@ -658,8 +692,10 @@ MINIRL_LACKS: dict[str, tuple[Any, str]] = {
        (ACTOR, "critic")},
     f"{ACTOR}.qat.enable": (False, "quantization-aware training"),
     **{f"{model}.{key}": (default, why) for model in ("actor_rollout_ref.model", "critic.model") for key, (default, why)
-       in {"lora_rank": (0, _LORA), "lora.rank": (0, _LORA), "lora_adapter_path": (None, _LORA),
-           "lora.adapter_path": (None, _LORA),
+       in {"lora.type": ("lora", "adapter types other than LoRA (canonical_lora, DoRA, ...)"),
+           "lora.dropout_position": ("pre", "dropout after the adapter (PEFT applies it to the adapter's input)"),
+           "lora.lora_B_init_method": ("zero", "adapters whose B does not start at zero"),
+           "lora.dtype": (None, "adapters in another dtype than the model's"),
            "override_config": ({}, "overriding the model's Hugging Face config (dropout, rope scaling, ...)"),
            "custom_chat_template": (None, "chat templates other than the tokenizer's"),
            "tokenizer_path": (None, "tokenizers from a directory other than model.path"),
@@ -750,10 +786,10 @@ NO_EFFECT_REASONS = [
     ("*checkpoint*", "minirl writes one checkpoint layout (see minirl/README.md)"),
     ("*ckpt*", "minirl keeps every checkpoint of a run, locally (see minirl/README.md)"),
     ("trainer.default_hdfs_dir", "minirl keeps every checkpoint of a run, locally (see minirl/README.md)"),
-    ("*.model.lora.*", "LoRA settings: used only with lora.rank > 0 (refused)"),
-    ("*.model.lora_alpha", "LoRA settings: used only with lora_rank > 0 (refused)"),
-    ("*.model.target_modules", "LoRA settings: used only with lora_rank > 0 (refused)"),
-    ("*.model.exclude_modules", "LoRA settings: used only with lora_rank > 0 (refused)"),
+    ("*.model.lora.merge", "minirl's rollout always samples with the merged weights (verl's merge=true; false hands "
+                           "vLLM the adapter: the same function)"),
+    ("*.model.lora.a2a_experimental", "Megatron's expert-parallel all-to-all for adapters"),
+    ("*.model.lora.freeze_*", "multimodal inputs: minirl's models and tasks are text-only"),
     ("*.model.mtp.*", "multi-token prediction settings: used only with mtp.enable (refused)"),
     ("*.qat.*", "quantization-aware training settings: used only with qat.enable (refused)"),
     ("distillation.teacher_models.teacher_model.inference.*", "the teacher's inference engine (vLLM/SGLang): minirl's "
@@ -1092,6 +1128,7 @@ def validate_config(config: Config) -> None:
         problems.append(f"{ACTOR}.clip_ratio_high must be >= 0 (got {high})")
     problems += policy_loss_problems(config)
     problems += distillation_problems(config)
+    problems += lora_problems(config)
     if algo.adv_estimator in ("optimal_token_baseline", "tir_optimal_token_baseline"):
         if not actor.calculate_sum_pi_squared:
             problems.append(f"algorithm.adv_estimator={algo.adv_estimator} needs sum_pi_squared from the actor: set "
@@ -1216,6 +1253,35 @@ def distillation_problems(config: Config) -> list[str]:
         problems.append("distillation.enabled=true needs distillation.teacher_models.teacher_model.model_path, a model "
                         "with the student's tokenizer (the book's: the path `python -m minirl warm-start teacher` "
                         "prints)")
+    return problems
+
+
+def lora_problems(config: Config) -> list[str]:
+    """What stops a LoRA setting from training as asked (the actor's; a LoRA critic is refused, as verl fails on it)."""
+    critic = config.critic.model
+    problems = []
+    if critic.lora_rank != 0 or critic.lora.rank != 0 or critic.lora_adapter_path or critic.lora.adapter_path:
+        problems.append("critic.model.lora_rank / lora.*: verl 0.9.1 cannot train a LoRA critic (its FSDP engine wraps "
+                        "the value model, a token classifier, with PEFT's CAUSAL_LM task, which PEFT refuses for it: "
+                        "no prepare_inputs_for_generation); train the critic in full, or use a critic-free estimator "
+                        "(grpo, rloo, ...) with a LoRA actor")
+    for key, model in (("actor_rollout_ref.model", config.actor_rollout_ref.model),):
+        if model.lora_rank < 0 or model.lora.rank < 0:
+            problems.append(f"{key}.lora_rank and {key}.lora.rank must be >= 0 (0 = full fine-tuning)")
+        if model.lora_rank > 0 and model.lora.rank > 0:
+            problems.append(f"{key}.lora_rank ({model.lora_rank}) and {key}.lora.rank ({model.lora.rank}) are both "
+                            "set: they are verl's FSDP and Megatron spellings of one adapter; keep one")
+        if model.lora_adapter_path and model.lora_rank <= 0:
+            problems.append(f"{key}.lora_adapter_path is read only with {key}.lora_rank > 0 (verl 0.9.1's FSDP engine "
+                            "ignores it otherwise): set lora_rank too (the adapter keeps its own rank)")
+        if model.lora.adapter_path and model.lora.rank <= 0:
+            problems.append(f"{key}.lora.adapter_path is read only with {key}.lora.rank > 0: set lora.rank too")
+        if model.lora.lora_A_init_method not in ("xavier", "kaiming"):
+            problems.append(f"{key}.lora.lora_A_init_method={model.lora.lora_A_init_method!r} is not one of xavier, "
+                            "kaiming")
+        if (model.lora_rank > 0 or model.lora.rank > 0) and config.trainer.use_ray:
+            problems.append(f"{key}: LoRA with trainer.use_ray=true is not implemented in minirl's Ray workers; train "
+                            "without Ray (the same maths)")
     return problems
 
 

@@ -23,9 +23,10 @@ from minirl.config import OptimConfig
 
 
 def build_optimizer(model: torch.nn.Module, config: OptimConfig) -> torch.optim.AdamW:
-    """AdamW with the config's lr, weight decay and betas over every parameter (no no-decay groups, as verl)."""
-    return torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
-                             betas=tuple(config.betas))
+    """AdamW with the config's lr, weight decay and betas over every trained parameter (no no-decay groups, as verl;
+    a frozen parameter, e.g. under a LoRA adapter, gets no optimizer state)."""
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr,
+                             weight_decay=config.weight_decay, betas=tuple(config.betas))
 
 
 def warmup_steps(config: OptimConfig, total_steps: int) -> int:

@@ -43,9 +43,11 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0)
 def _forward_with_cache(model, cache, **inputs):
     """One forward pass that reads and extends the KV cache; returns (last-position logits, cache).
 
-    transformers 5 calls the cache argument `cache`; earlier versions call it `past_key_values`.
+    transformers 5 calls the cache argument `cache`; earlier versions call it `past_key_values`. (A PEFT model passes
+    keyword arguments through to the model it wraps, so that model's signature decides.)
     """
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    name = "cache" if "cache" in inspect.signature(inner.forward).parameters else "past_key_values"
     out = model(**inputs, use_cache=True, **({name: cache} if cache is not None else {}))
     new_cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     return out.logits[:, -1, :].float(), new_cache

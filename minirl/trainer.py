@@ -160,7 +160,8 @@ class PPOTrainer:
         else:  # the same roles as objects in this process (every process of a launch holds one of each)
             actor = build_actor(cfg, model_path, self.accelerator, optim_steps)
             roles = {"actor": actor, "rollout": build_rollout(actor, self.tokenizer, cfg),
-                     "reference": build_reference(cfg, model_path, self.accelerator) if self.use_reference else None,
+                     "reference": build_reference(cfg, model_path, self.accelerator, actor) if self.use_reference
+                     else None,
                      "critic": build_critic(cfg, critic_path, self.accelerator, optim_steps, self.seed)
                      if self.use_critic else None}
         self.actor, self.rollout, self.reference, self.critic = (roles[k] for k in ("actor", "rollout", "reference",

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-from minirl import models
+from minirl import lora, models
 from minirl.config import (
     ActorConfig,
     CriticConfig,
@@ -124,7 +125,7 @@ class _TrainedModel:
         return self.accelerator.unwrap_model(self.model)
 
     def save_checkpoint(self, directory: Path, name: str, tokenizer=None) -> None:
-        """`<directory>/<name>/` (a Hugging Face directory, with the tokenizer if given) and
+        """`<directory>/<name>/` (a Hugging Face directory, or a LoRA adapter's, with the tokenizer if given) and
         `<directory>/<name>_optimizer.pt` (optimizer and lr schedule)."""
         with models.quiet_progress():
             self.unwrapped_model.save_pretrained(directory / name)
@@ -134,11 +135,15 @@ class _TrainedModel:
                    directory / f"{name}_optimizer.pt")
 
     def load_checkpoint(self, directory: Path, name: str) -> None:
-        """Load what `save_checkpoint` wrote: weights, optimizer and lr schedule (a broken file raises)."""
-        with models.quiet_progress():
-            weights = type(self.unwrapped_model).from_pretrained(directory / name).state_dict()
+        """Load what `save_checkpoint` wrote: weights (or a LoRA adapter), optimizer and lr schedule (a broken file
+        raises)."""
         optimizer = torch.load(directory / f"{name}_optimizer.pt", weights_only=True)
-        self.unwrapped_model.load_state_dict(weights)
+        if lora.is_lora(self.unwrapped_model):  # the checkpoint holds the adapter only
+            lora.load_adapter(self.unwrapped_model, directory / name)
+        else:
+            with models.quiet_progress():
+                weights = type(self.unwrapped_model).from_pretrained(directory / name).state_dict()
+            self.unwrapped_model.load_state_dict(weights)
         self.optimizer.load_state_dict(optimizer["optimizer"])
         self.lr_scheduler.load_state_dict(optimizer["lr_scheduler"])
 
@@ -241,6 +246,8 @@ class Rollout:
     colocated "hybrid engine" runs vLLM/SGLang on the actor's GPUs, but with its own copy of the weights (bf16 by
     default, rollout.dtype), re-synced after every update: colocation saves GPUs, not the copy.
 
+    An actor with a LoRA adapter (minirl/lora.py) always gets an engine copy, a plain model with the merged
+    weights W + (alpha / r) B A, re-merged at each sync (verl's model.lora.merge=true).
     Three engine options give this engine its own copy too, the way a vLLM server has one (Chapter 9 uses
     the first two to create a training/rollout mismatch on purpose):
         dtype="bfloat16" (or float16): the copy is cast, so sampling runs in lower precision;
@@ -255,7 +262,9 @@ class Rollout:
         self.tokenizer = tokenizer
         self.sync_interval = sync_interval
         self.model = None  # None: sample with the actor's weights
-        if separate or dtype != "float32" or sync_interval > 1:  # separate: verl's hybrid_engine=false
+        if lora.is_lora(actor.unwrapped_model):  # a plain model with the merged weights (verl's lora.merge=true)
+            self.model = lora.merged_copy(actor.unwrapped_model, getattr(torch, dtype))
+        elif separate or dtype != "float32" or sync_interval > 1:  # separate: verl's hybrid_engine=false
             self.model = copy.deepcopy(actor.unwrapped_model).to(getattr(torch, dtype)).eval().requires_grad_(False)
 
     @property
@@ -272,7 +281,9 @@ class Rollout:
         """
         if self.model is None or not sync_due(actor_updates, self.sync_interval):
             return False
-        self.model.load_state_dict(self.actor.unwrapped_model.state_dict())  # copies and casts each tensor
+        actor = self.actor.unwrapped_model
+        weights = lora.merged_state_dict(actor) if lora.is_lora(actor) else actor.state_dict()
+        self.model.load_state_dict(weights)  # copies and casts each tensor
         return True
 
     @torch.no_grad()
@@ -293,8 +304,9 @@ class Rollout:
         return generate_rows(model, self.tokenizer, chunk)
 
     def save_checkpoint(self, directory: Path) -> None:
-        """Save the engine's own copy of the weights (`<directory>/rollout`), if it has one."""
-        if self.model is not None:
+        """Save the engine's own copy of the weights (`<directory>/rollout`), if it has one. A LoRA actor's merged
+        copy is saved only when it is stale (sync_interval > 1); otherwise a resume merges it again from the adapter."""
+        if self.model is not None and not (lora.is_lora(self.actor.unwrapped_model) and self.sync_interval == 1):
             save_engine_copy(self.model, directory)
 
     def load_checkpoint(self, directory: Path) -> None:
@@ -412,10 +424,15 @@ class Actor(_TrainedModel):
 
 
 class Reference:
-    """The frozen initial policy, for the KL penalty or KL loss."""
+    """The frozen initial policy, for the KL penalty or KL loss.
 
-    def __init__(self, model, config: RefConfig, temperature: float, accelerator):
-        self.model = model.to(accelerator.device).eval().requires_grad_(False)
+    With `adapter_off` the model is the LoRA actor's own, run with its adapter switched off: the frozen base is the
+    initial policy, so no second copy is loaded (verl's ref_in_actor).
+    """
+
+    def __init__(self, model, config: RefConfig, temperature: float, accelerator, adapter_off: bool = False):
+        self.model = model if adapter_off else model.to(accelerator.device).eval().requires_grad_(False)
+        self.adapter_off = adapter_off
         self.config = config
         self.temperature = temperature
         self.accelerator = accelerator
@@ -430,8 +447,10 @@ class Reference:
         """`compute_ref_log_prob` on the rows this process was given, in micro-batches."""
         def forward(micro: DataProto) -> DataProto:
             inputs = {k: micro[k].to(self.accelerator.device) for k in MODEL_INPUTS}
-            log_probs, _ = models.compute_log_probs(self.model, **inputs, response_length=micro["responses"].shape[1],
-                                                    temperature=self.temperature)
+            with self.model.disable_adapter() if self.adapter_off else contextlib.nullcontext():
+                log_probs, _ = models.compute_log_probs(self.model, **inputs,
+                                                        response_length=micro["responses"].shape[1],
+                                                        temperature=self.temperature)
             return DataProto(batch={"ref_log_prob": log_probs.cpu()})
 
         micro = make_micro_batches(chunk, self.config.log_prob_micro_batch_size_per_gpu,
@@ -493,8 +512,23 @@ class Critic(_TrainedModel):
 def build_actor(config, model_path: str, accelerator, total_training_steps: int) -> Actor:
     """The actor from `actor_rollout_ref.*` (its rollout settings and the rollout-correction config included)."""
     arr = config.actor_rollout_ref
-    return Actor(models.load_policy(model_path), arr.actor, arr.rollout, arr.model.enable_gradient_checkpointing,
-                 accelerator, total_training_steps, config.algorithm.rollout_correction, config.distillation)
+    return Actor(with_lora(models.load_policy(model_path), arr.model, "actor", accelerator), arr.actor, arr.rollout,
+                 arr.model.enable_gradient_checkpointing, accelerator, total_training_steps,
+                 config.algorithm.rollout_correction, config.distillation)
+
+
+def with_lora(model, model_config, role: str, accelerator):
+    """`model`, or `model` under a LoRA adapter when `model_config` asks for one (minirl/lora.py); says how many
+    parameters train."""
+    settings = lora.lora_settings(model_config)
+    if settings is None:
+        return model
+    model = lora.apply_lora(model, settings)
+    trained, total = lora.count_parameters(model)
+    if accelerator.is_main_process:
+        print(f"minirl: {role} LoRA ({settings.spelling}={settings.rank}, alpha {settings.alpha}): {trained:,} of "
+              f"{total:,} parameters train ({trained / total:.1%})", file=sys.stderr)
+    return model
 
 
 def build_rollout(actor: Actor, tokenizer, config) -> Rollout:
@@ -504,9 +538,12 @@ def build_rollout(actor: Actor, tokenizer, config) -> Rollout:
                    separate=not config.actor_rollout_ref.hybrid_engine)
 
 
-def build_reference(config, model_path: str, accelerator) -> Reference:
-    """The frozen reference policy (used when a KL is in the reward or in the loss)."""
+def build_reference(config, model_path: str, accelerator, actor: Actor | None = None) -> Reference:
+    """The frozen reference policy (used when a KL is in the reward or in the loss): a copy of the initial model, or
+    the LoRA actor's own model with the adapter off (verl's ref_in_actor)."""
     arr = config.actor_rollout_ref
+    if actor is not None and lora.is_lora(actor.unwrapped_model):
+        return Reference(actor.unwrapped_model, arr.ref, arr.rollout.temperature, accelerator, adapter_off=True)
     return Reference(models.load_policy(model_path), arr.ref, arr.rollout.temperature, accelerator)
 
 

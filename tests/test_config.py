@@ -267,7 +267,7 @@ def test_every_verl_key_has_a_fate():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("actor_rollout_ref.model.lora_rank=8", "minirl lacks LoRA adapters"),
+    ("actor_rollout_ref.model.lora.type=canonical_lora", "minirl lacks adapter types other than LoRA"),
     ("trainer.v1.separate_async.hybrid_rollout.enable_switch=true", "set verl's default trainer.v1.separate_async"),
     ("actor_rollout_ref.model.override_config.attention_dropout=0.1", "Remove the key."),
     ("algorithm.use_pf_ppo=true", "compute_pf_ppo_reweight_data"),
