@@ -34,6 +34,7 @@ from minirl.data import compute_position_ids
 from minirl.evaluate import evaluate, evaluate_agent_loops
 from minirl.optim import build_lr_scheduler
 from minirl.parallel import apply_thread_policy
+from minirl.rollout import generate_sequences
 from minirl.tools import load_all_tools
 
 LOCK_FILE = ".lock"
@@ -179,14 +180,16 @@ def tokenize_demonstrations(tokenizer, demos: list[dict], max_length: int,
 
 
 def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progress: bool = True,
-              tools: list[dict] | None = None):
+              tools: list[dict] | None = None, callback=None):
     """Train `model` in place on `demos` with the next-token loss on response tokens only.
 
     Runs through accelerate (Accelerator, prepare, backward), so the same code uses one CPU, a GPU
-    or several processes. The data order is seeded by `config.seed`.
+    or several processes. The data order is seeded by `config.seed`. `callback(step, model, tokens, seconds)`, if
+    given, runs after every optimizer step (step counts from 1; tokens: prompt + response tokens of that step's
+    batch; seconds: that step's time), e.g. to evaluate as training goes (Chapter 14's off-policy distillation).
 
     Returns:
-        A list of per-step training losses.
+        (the trained model, a list of per-step training losses).
     """
     set_seed(config.seed)
     apply_thread_policy()
@@ -206,6 +209,7 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
     progress = tqdm(total=config.steps, desc="SFT", disable=not show_progress or not accelerator.is_main_process)
     while step < config.steps:
         for input_ids, attention_mask, position_ids, loss_mask in loader:
+            started = time.perf_counter()
             logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
             log_probs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
             token_log_probs = log_probs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
@@ -218,12 +222,36 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
             optimizer.zero_grad()
             losses.append(loss.item())
             step += 1
+            if callback is not None:
+                callback(step, accelerator.unwrap_model(model), attention_mask.sum().item(),
+                         time.perf_counter() - started)
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.3f}")
             if step >= config.steps:
                 break
     progress.close()
     return accelerator.unwrap_model(model), losses
+
+
+@torch.no_grad()
+def sample_demonstrations(model_dir: str | Path, rows: list[dict], response_length: int, max_prompt_length: int,
+                          seed: int = 0, batch_size: int = 256) -> list[dict]:
+    """One sampled answer (temperature 1) of the model in `model_dir` to each row's prompt, as SFT demonstrations
+    {"prompt", "response"}: what off-policy distillation trains a student on (a teacher's samples; Chapter 14).
+    Answers cut off at response_length (no end-of-sequence token) are left out."""
+    tokenizer, model = models.load_tokenizer(model_dir), models.load_policy(model_dir)
+    generator = torch.Generator().manual_seed(seed)
+    demos = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        prompts = data_lib.encode_prompts(tokenizer, [row["prompt"] for row in chunk], max_prompt_length)
+        out = generate_sequences(model, prompts["input_ids"], prompts["attention_mask"], tokenizer.eos_token_id,
+                                 tokenizer.pad_token_id, response_length, do_sample=True, generator=generator)
+        for row, ids, length in zip(chunk, out["responses"], out["response_length"].tolist()):
+            if length and ids[length - 1] == tokenizer.eos_token_id:  # finished: the EOS is the last valid token
+                demos.append({"prompt": row["prompt"],
+                              "response": tokenizer.decode(ids[:length - 1], skip_special_tokens=False)})
+    return demos
 
 
 def fine_tune(model_dir: str | Path, demos: list[dict], out_dir: str | Path, config: SFTConfig,
