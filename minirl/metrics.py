@@ -97,6 +97,16 @@ def compute_timing_metrics(batch: DataProto, timing: dict[str, float]) -> dict[s
     return metrics
 
 
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GiB (minirl/peak_rss_gb; verl logs the machine's used memory,
+    actor/perf/cpu_memory_used_gb, which on a shared laptop says little about one run)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return peak / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
+
+
 def compute_throughput_metrics(batch: DataProto, timing: dict[str, float], num_processes: int) -> dict[str, float]:
     """perf/total_num_tokens (prompt + response tokens of the whole batch), perf/time_per_step, and
     perf/throughput = tokens / (time * number of devices), per device as verl defines it

@@ -184,9 +184,10 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
     """Train `model` in place on `demos` with the next-token loss on response tokens only.
 
     Runs through accelerate (Accelerator, prepare, backward), so the same code uses one CPU, a GPU
-    or several processes. The data order is seeded by `config.seed`. `callback(step, model, tokens, seconds)`, if
-    given, runs after every optimizer step (step counts from 1; tokens: prompt + response tokens of that step's
-    batch; seconds: that step's time), e.g. to evaluate as training goes (Chapter 14's off-policy distillation).
+    or several processes. The data order is seeded by `config.seed`. `callback(step, model, tokens, seconds,
+    optimizer)`, if given, runs after every optimizer step (step counts from 1; tokens: prompt + response tokens of
+    that step's batch; seconds: that step's time), e.g. to evaluate as training goes (Chapter 14's off-policy
+    distillation). Only parameters that require a gradient are optimised (a LoRA adapter's, under PEFT).
 
     Returns:
         (the trained model, a list of per-step training losses).
@@ -199,7 +200,7 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
                             tensors["loss_mask"])
     loader = DataLoader(dataset, batch_size=config.batch_size, shuffle=True, drop_last=True,
                         generator=torch.Generator().manual_seed(config.seed))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=0.0)
     schedule = OptimConfig(lr=config.lr, lr_warmup_steps=config.warmup_steps,
                            lr_scheduler_type=config.lr_scheduler_type)
     scheduler = build_lr_scheduler(optimizer, schedule, config.steps)
@@ -224,7 +225,7 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
             step += 1
             if callback is not None:
                 callback(step, accelerator.unwrap_model(model), attention_mask.sum().item(),
-                         time.perf_counter() - started)
+                         time.perf_counter() - started, optimizer)
             progress.update(1)
             progress.set_postfix(loss=f"{loss.item():.3f}")
             if step >= config.steps:
@@ -237,7 +238,8 @@ def train_sft(model, tokenizer, demos: list[dict], config: SFTConfig, show_progr
 def sample_demonstrations(model_dir: str | Path, rows: list[dict], response_length: int, max_prompt_length: int,
                           seed: int = 0, batch_size: int = 256) -> list[dict]:
     """One sampled answer (temperature 1) of the model in `model_dir` to each row's prompt, as SFT demonstrations
-    {"prompt", "response"}: what off-policy distillation trains a student on (a teacher's samples; Chapter 14).
+    {"prompt", "response"} (with the row's data_source and reward_model, to score them): what off-policy
+    distillation trains a student on (a teacher's samples; Chapter 14).
     Answers cut off at response_length (no end-of-sequence token) are left out."""
     tokenizer, model = models.load_tokenizer(model_dir), models.load_policy(model_dir)
     generator = torch.Generator().manual_seed(seed)
@@ -249,9 +251,55 @@ def sample_demonstrations(model_dir: str | Path, rows: list[dict], response_leng
                                  tokenizer.pad_token_id, response_length, do_sample=True, generator=generator)
         for row, ids, length in zip(chunk, out["responses"], out["response_length"].tolist()):
             if length and ids[length - 1] == tokenizer.eos_token_id:  # finished: the EOS is the last valid token
-                demos.append({"prompt": row["prompt"],
+                demos.append({"prompt": row["prompt"], "data_source": row["data_source"],
+                              "reward_model": row["reward_model"],
                               "response": tokenizer.decode(ids[:length - 1], skip_special_tokens=False)})
     return demos
+
+
+def train_on_demonstrations(model_dir: str | Path, demos: list[dict], val_rows: list[dict], config: SFTConfig,
+                            lora_rank: int = 0, lora_alpha: float = 16, eval_every: int = 10) -> list[dict]:
+    """SFT the model in `model_dir` on `demos` (optionally through a LoRA adapter) and log it like a trainer run.
+
+    Off-policy distillation when the demonstrations are a teacher's samples (`sample_demonstrations`); Chapter 14
+    also sweeps LoRA's learning rate with it. Validation is greedy on `val_rows`, every `eval_every` steps and
+    at step 0 and the last step, under the trainer's name (val-core/<data_source>/acc/mean@1).
+
+    Returns:
+        metrics records as `metrics.jsonl` holds them (so minirl.book.notebook's band plots read them): per step
+        {step, perf/total_num_tokens, timing_s/step, [val-core/...]}, and on the last record the cost:
+        minirl/trainable_params, minirl/optimizer_state_bytes (AdamW's moments and steps), minirl/peak_rss_gb.
+    """
+    from minirl import lora
+    from minirl.metrics import peak_rss_gb
+
+    apply_thread_policy()
+    tokenizer, model = models.load_tokenizer(model_dir), models.load_policy(model_dir)
+    if lora_rank:
+        model = lora.apply_lora(model, lora.LoraSettings(lora_rank, lora_alpha, "all-linear"))
+    key = f"val-core/{val_rows[0]['data_source']}/acc/mean@1"
+    prompt_budget = config.max_length
+
+    def validate(model) -> float:
+        model.eval()
+        accuracy = evaluate(model, tokenizer, val_rows, config.response_length, prompt_budget)["acc"]
+        model.train()
+        return accuracy
+
+    records = [{"step": 0, key: validate(model)}]
+
+    def after_step(step, model, tokens, seconds, optimizer):
+        record = {"step": step, "perf/total_num_tokens": tokens, "timing_s/step": seconds}
+        if step % eval_every == 0 or step == config.steps:
+            record[key] = validate(model)
+        if step == config.steps:
+            record.update({"minirl/trainable_params": lora.count_parameters(model)[0],
+                           "minirl/optimizer_state_bytes": lora.optimizer_state_bytes(optimizer),
+                           "minirl/peak_rss_gb": peak_rss_gb()})
+        records.append(record)
+
+    train_sft(model, tokenizer, demos, config, show_progress=False, callback=after_step)
+    return records
 
 
 def fine_tune(model_dir: str | Path, demos: list[dict], out_dir: str | Path, config: SFTConfig,

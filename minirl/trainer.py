@@ -56,6 +56,7 @@ from minirl.metrics import (
     compute_timing_metrics,
     compute_variance_proxy_metrics,
     logp_advantage_covariance,
+    peak_rss_gb,
     process_validation_metrics,
     timer,
 )
@@ -641,6 +642,7 @@ class PPOTrainer:
             metrics["training/global_step"] = self.global_step
             metrics.update(compute_timing_metrics(batch, timing))
             metrics.update(compute_throughput_metrics(batch, timing, self.world))
+            metrics["minirl/peak_rss_gb"] = peak_rss_gb()
             tracking.log(metrics, step=self.global_step)
             # Published only after its metrics line is written: a kill in between resumes from the previous
             # checkpoint, which drops this step's line and runs the step again, so no step's metrics are lost.

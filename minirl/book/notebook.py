@@ -158,6 +158,34 @@ def run_grid(runs_dir, variants: dict[str, list[str]], *common: str, workers: in
     return {label: [load_metrics(run_dir) for name, _, run_dir in jobs if name == label] for label in variants}
 
 
+def _one_thread_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def run_parallel(function, jobs: list[dict], workers: int | None = None) -> list:
+    """`function(**job)` for every job, `workers` processes at a time (2 by default; 1, in this process, in fast
+    mode), one thread each; returns the results in the order of `jobs`.
+
+    For in-process experiments that are not trainer runs (Chapter 14's SFT runs): `function` must be importable
+    (a library function, not one defined in the notebook), and each job's arguments picklable.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    workers = workers or (1 if fast_mode() else 2)
+    if workers == 1:
+        return [function(**job) for job in jobs]
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn"), initializer=_one_thread_worker) as pool:
+        return list(pool.map(_call, [(function, job) for job in jobs]))
+
+
+def _call(function_and_job):
+    function, job = function_and_job
+    return function(**job)
+
+
 def _x_values(records: list[dict], key: str, x: str) -> tuple[list[float], list[float]]:
     """(x, y) of `key` over a run; x is the step, the cumulative tokens (prompt + response, every
     sampled response counted) or the cumulative training seconds at that step."""

@@ -111,12 +111,30 @@ def test_forward_kl_topk_is_clamped_at_zero(ch):
     check_topk(ch, logits, student_lp - 1.0, ids, " The top-k terms can sum below 0: clamp each position at 0.")
 
 
+@pytest.mark.exercise("14.2", "forward_kl_topk")
+def test_forward_kl_topk_in_float32_with_one_token(ch):
+    logits, teacher_lp, ids = topk_inputs(2, k=1)
+    check_topk(ch, logits.float(), teacher_lp.float(), ids, " With k = 1 each position is p(v) (log p(v) - log q(v)) "
+               "for the teacher's top token; keep the computation in the inputs' dtype (here float32).")
+
+
 @pytest.mark.exercise("14.3", "lora_cost")
 def test_lora_cost_toy(ch):
     got = call(ch.lora_cost, [(8, 4)], 2)
     if tuple(got) != (24, 192):
         fail(f"lora_cost([(8, 4)], rank=2) = {got}, want (24, 192): A is 2 x 4 and B is 8 x 2 (24 numbers), and "
              "AdamW keeps 2 float32 moments (8 bytes) for each.")
+
+
+@pytest.mark.exercise("14.3", "lora_cost")
+def test_lora_cost_grows_with_the_rank_not_the_area(ch):
+    shapes = [(4864, 896), (896, 4864)]  # Qwen2.5-0.5B's MLP up and down projections
+    for rank in (1, 8):
+        got = tuple(call(ch.lora_cost, shapes, rank))
+        want = (rank * 2 * (4864 + 896), rank * 2 * (4864 + 896) * 8)
+        if got != want:
+            fail(f"lora_cost({shapes}, rank={rank}) = {got}, want {want}: r (d_in + d_out) per layer, linear in the "
+                 "rank, never d_in x d_out.")
 
 
 @pytest.mark.exercise("14.3", "lora_cost")
