@@ -385,3 +385,40 @@ def test_chapter13_rl_teaches_the_tool_and_masking_the_tool_turns_matters(tmp_pa
     assert turns > 2, "the reader's tool file was called: num_turns/mean counts the tool turns"
     assert end["masked"] > calls["masked"][0] + 0.15, calls
     assert end["masked"] > end["unmasked"] + 0.1, end
+
+
+def test_chapter14_lora_needs_a_larger_learning_rate_and_the_k3_gradient_is_the_forward_kls():
+    """Chapter 14, sections 3 and 6. (a) Exactly, on a small vocabulary: k3 back-propagated on the student's samples
+    has the forward KL's expected gradient, k2 and k1-as-a-reward the reverse KL's, k1 back-propagated none.
+    (b) Off-policy distillation through a rank-4 adapter: 20 SFT steps of 128 teacher samples at 5e-3 against 1e-3
+    (full fine-tuning's best rate in the chapter). Measured on 3 seeds (100 validation questions, Intel AVX-512):
+    0.68-0.76 against 0.50-0.56, a gap of 0.18-0.20 on every seed; the bound asks for 0.10."""
+    from minirl import data, sft
+    from minirl.kl import kl_penalty
+
+    theta = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    log_p = torch.log_softmax(torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(4)) * 2, 0)
+
+    def gradient(loss_of_log_q):
+        return torch.autograd.grad(loss_of_log_q(torch.log_softmax(theta, 0)), theta)[0]
+
+    def expected(per_token):
+        return gradient(lambda lq: (lq.exp().detach() * per_token(lq, log_p)).sum())
+
+    reverse = gradient(lambda lq: (lq.exp() * (lq - log_p)).sum())
+    forward = gradient(lambda lq: (log_p.exp() * (log_p - lq)).sum())
+    assert torch.allclose(expected(lambda lq, lp: kl_penalty(lq, lp, "k3")), forward, atol=1e-12)
+    assert torch.allclose(expected(lambda lq, lp: kl_penalty(lq, lp, "k2")), reverse, atol=1e-12)
+    assert torch.allclose(expected(lambda lq, lp: (lq - lp).detach() * lq), reverse, atol=1e-12)
+    assert expected(lambda lq, lp: kl_penalty(lq, lp, "k1")).abs().max() < 1e-12
+
+    student, teacher = default_warm_start(show_progress=False), default_warm_start(sft.TEACHER_SFT, show_progress=False)
+    demos = sft.sample_demonstrations(teacher, data.read_parquet(student / "data" / "train.parquet").to_list(), 20, 64)
+    val_rows = data.read_parquet(student / "data" / "test.parquet").to_list()[:100]
+    final = {}
+    for lr in (1e-3, 5e-3):
+        records = sft.train_on_demonstrations(student, demos, val_rows, sft.SFTConfig(
+            steps=20, batch_size=128, lr=lr, warmup_steps=0, seed=0), lora_rank=4, eval_every=100)
+        final[lr] = records[-1][VAL]
+    print(f"MEASURED ch14_lora_lr r4 after 20 steps: lr 1e-3 {final[1e-3]:.3f}, lr 5e-3 {final[5e-3]:.3f}")
+    assert final[5e-3] > final[1e-3] + 0.10, final
