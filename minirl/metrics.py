@@ -98,13 +98,29 @@ def compute_timing_metrics(batch: DataProto, timing: dict[str, float]) -> dict[s
 
 
 def peak_rss_gb() -> float:
-    """This process's peak resident memory so far, in GiB (minirl/peak_rss_gb; verl logs the machine's used memory,
-    actor/perf/cpu_memory_used_gb, which on a shared laptop says little about one run)."""
+    """This process's peak resident memory, in GiB (minirl/peak_rss_gb; verl logs the machine's used memory,
+    actor/perf/cpu_memory_used_gb, which on a shared laptop says little about one run). Since the start, or since
+    `reset_peak_rss` where Linux allows it."""
     import resource
     import sys
 
+    status = Path("/proc/self/status")
+    if status.exists():  # Linux: VmHWM, which reset_peak_rss can reset (ru_maxrss cannot be)
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024 ** 2  # kB
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return peak / (1024 ** 3 if sys.platform == "darwin" else 1024 ** 2)
+
+
+def reset_peak_rss() -> bool:
+    """Start the peak-memory count again from the current resident memory (Linux: writes 5 to /proc/self/clear_refs),
+    so that several jobs in one worker process get a peak each. False where the system has no such switch."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
 
 
 def compute_throughput_metrics(batch: DataProto, timing: dict[str, float], num_processes: int) -> dict[str, float]:

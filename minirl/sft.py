@@ -268,14 +268,17 @@ def train_on_demonstrations(model_dir: str | Path, demos: list[dict], val_rows: 
     Returns:
         metrics records as `metrics.jsonl` holds them (so minirl.book.notebook's band plots read them): per step
         {step, perf/total_num_tokens, timing_s/step, [val-core/...]}, and on the last record the cost:
-        minirl/trainable_params, minirl/optimizer_state_bytes (AdamW's moments and steps), minirl/peak_rss_gb.
+        minirl/trainable_params, minirl/optimizer_state_bytes (AdamW's moments and steps), minirl/peak_rss_gb (the
+        process's peak during this run, where Linux lets it be reset; else since the process started).
     """
     from minirl import lora
-    from minirl.metrics import peak_rss_gb
+    from minirl.metrics import peak_rss_gb, reset_peak_rss
 
     apply_thread_policy()
+    reset_peak_rss()  # this run's peak, also in a worker process that ran others before
     tokenizer, model = models.load_tokenizer(model_dir), models.load_policy(model_dir)
     if lora_rank:
+        torch.manual_seed(config.seed)  # the adapter's random A: the same for a seed, whatever ran before
         model = lora.apply_lora(model, lora.LoraSettings(lora_rank, lora_alpha, "all-linear"))
     key = f"val-core/{val_rows[0]['data_source']}/acc/mean@1"
     prompt_budget = config.max_length
