@@ -274,7 +274,7 @@ for name in ("on-policy distillation", "GRPO"):
 # task's figures: 4155 teacher log-probs against 256 rewards, an order of magnitude more numbers reaching the loss,
 # and none wasted on one of the 0.24 of groups that give GRPO no advantage. The price is the teacher's forward pass
 # over every sample (a model five times the student's size, in the same process; verl runs it on its own GPUs):
-# 0.90 s per step against 0.57.
+# 0.97 s per step against 0.61.
 #
 # ## 5. verl ↔ minirl: distillation
 #
@@ -356,6 +356,17 @@ for lr in sorted({lr for lrs in GRID.values() for lr in lrs}):
 best = {rank: max(GRID[rank], key=lambda lr: final(sweep[(rank, lr)])) for rank in GRID}
 print("best learning rate:", {("full" if r == 0 else f"r{r}"): f"{lr:g}" for r, lr in best.items()})
 
+fig, ax = plt.subplots(figsize=(5.5, 3.4))
+for rank, lrs in GRID.items():
+    ax.plot(lrs, [final(sweep[(rank, lr)]) for lr in lrs], marker="o", label="full fine-tuning" if rank == 0
+            else f"LoRA r{rank}")
+ax.set(xscale="log", xlabel="learning rate", ylabel="validation accuracy (greedy)",
+       title=f"after {STEPS} SFT steps, seed {first_seed}")
+ax.grid(alpha=0.3)
+ax.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+
 # %%
 other_seeds = seeds()[1:]
 extra = [(rank, seed) for rank in GRID for seed in other_seeds
@@ -388,7 +399,7 @@ print(compare_table(lora_runs, VAL))
 # 0.665-0.705 instead of 0.810-0.845 on seed 0. Second, the price: at its best rate, rank 1 ends at 0.755-0.825 and
 # rank 4 at 0.835-0.845, both below full fine-tuning's 0.885-0.930 beyond the seed spread; rank 16's 0.830-0.915
 # overlaps it. Third, the cost: rank 16 trains 65,536 numbers against 329,728 and AdamW's state shrinks with it,
-# but the step time does not (0.296-0.326 s for all four), because the frozen weights still run forward and
+# but the step time does not (0.290-0.330 s for all four), because the frozen weights still run forward and
 # backward: the activations' gradients must flow through them.
 #
 # LoRA in the RL trainer: the `GRPO, LoRA r16, lr 1e-3` runs of section 4 trained with the adapter, the reference
@@ -405,7 +416,7 @@ print(compare_table(lora_rl, VAL))
 
 # %% [markdown]
 # In RL the adapter run at five times the learning rate ends within noise of full fine-tuning (0.595-0.655 against
-# 0.540-0.640). It is slower and larger here, 0.66 against 0.57 s per step and 0.69 against 0.61 GiB at its peak:
+# 0.540-0.640). It is slower and larger here, 0.69 against 0.61 s per step and 0.70 against 0.62 GiB at its peak:
 # the rollout's merged copy is re-merged after every update and held beside the adapter, and at this size the
 # process's memory is Python's and torch's own, so a few megabytes of optimizer state saved vanish in it. The
 # Qwen2.5-0.5B figures of section 6 are where the saving is real: gigabytes of moments and gradients.
