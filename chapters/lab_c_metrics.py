@@ -216,7 +216,9 @@ show_ranges({"grpo (healthy)": ref["grpo (healthy)"]}, "prompt_length/")
 # the tokens that stage processed. `perf/total_num_tokens` counts prompt and response tokens of the batch,
 # `perf/time_per_step` equals `timing_s/step`, and `perf/throughput` is tokens per second **per device**
 # (tokens / (time x processes)). verl also logs memory (`perf/max_memory_allocated_gb`,
-# `perf/max_memory_reserved_gb`, `perf/cpu_memory_used_gb`) and MFU (`perf/mfu/*`) on GPUs; minirl does not.
+# `perf/max_memory_reserved_gb`, `perf/cpu_memory_used_gb`) and MFU (`perf/mfu/*`) on GPUs; minirl logs
+# `minirl/peak_rss_gb` instead, the training process's peak resident memory (verl's `perf/cpu_memory_used_gb` is
+# the whole machine's used memory).
 #
 # On a GPU run `timing_s/gen` is usually the largest share (verl's reason for vLLM and SGLang); on this CPU, in
 # the PPO run below, the actor update is (at the last step 0.142 s against 0.0689 s for `gen`). A stage that grows

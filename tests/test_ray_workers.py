@@ -34,12 +34,15 @@ def test_worker_methods_declare_their_dispatch_mode():
     assert ActorWorker.save_checkpoint.dispatch_mode is Dispatch.RANK_ZERO
 
 
+MACHINE_DEPENDENT = ("timing", "perf/", "minirl/peak_rss_gb")  # what the machine decides, not the run
+
+
 def assert_same_metrics(ours, theirs):
     """Every metric but timings and throughput: relative 1e-4, or 1e-6 absolute for values near 0."""
     assert [r["step"] for r in ours] == [r["step"] for r in theirs]
     for mine, other in zip(ours, theirs):
-        keys = {k for k in mine if not k.startswith(("timing", "perf/"))}
-        assert keys == {k for k in other if not k.startswith(("timing", "perf/"))}
+        keys = {k for k in mine if not k.startswith(MACHINE_DEPENDENT)}
+        assert keys == {k for k in other if not k.startswith(MACHINE_DEPENDENT)}
         for key in keys:
             assert mine[key] == pytest.approx(other[key], rel=1e-4, abs=1e-6), (mine["step"], key)
 
@@ -61,7 +64,7 @@ def test_the_v1_trainer_on_ray_equals_the_in_process_legacy_run(tmp_path, in_pro
     on_ray = train([f"trainer.default_local_dir={tmp_path}", *SMALL, "trainer.use_ray=true", "trainer.use_v1=true"],
                    show_progress=False)
     for mine, other in zip(on_ray, in_process, strict=True):
-        shared = {k for k in mine if k in other and not k.startswith(("timing", "perf/"))}
+        shared = {k for k in mine if k in other and not k.startswith(MACHINE_DEPENDENT)}
         v1_only = {k for k in mine if k.startswith(("training/off_policy/", "num_turns/", "timing_s/agent_loop/"))}
         assert len(shared) > 60 and set(mine) - set(other) <= v1_only
         for key in shared:
