@@ -22,8 +22,7 @@ from minirl import models
 from minirl.core import logprobs_from_logits
 from minirl.parallel import dp_compute
 from minirl.protocol import DataProto
-
-MODEL_INPUTS = ("input_ids", "attention_mask", "position_ids")
+from minirl.workers import MODEL_INPUTS, forward_in_micro_batches, make_micro_batches
 
 
 def check_same_tokenizer(student_tokenizer, teacher_tokenizer, teacher_path: str) -> None:
@@ -44,13 +43,17 @@ def check_same_tokenizer(student_tokenizer, teacher_tokenizer, teacher_path: str
 
 
 class Teacher:
-    """A frozen model that returns its log-probs of the student's response tokens (temperature 1, as verl)."""
+    """A frozen model that returns its log-probs of the student's response tokens (temperature 1, as verl).
 
-    def __init__(self, model, topk: int | None, accelerator, micro_batch_size: int | None = None):
+    Its forward passes are cut into micro-batches as the old-log-prob pass is (`rollout.log_prob_*` settings).
+    """
+
+    def __init__(self, model, topk: int | None, accelerator, micro_batch_size: int | None = None,
+                 use_dynamic_bsz: bool = False, max_token_len: int = 16384):
         self.model = model.to(accelerator.device).eval().requires_grad_(False)
         self.topk = topk
         self.accelerator = accelerator
-        self.micro_batch_size = micro_batch_size
+        self.micro_batches = (micro_batch_size, use_dynamic_bsz, max_token_len)  # make_micro_batches' settings
 
     @torch.no_grad()
     def compute_teacher_logprobs(self, data: DataProto) -> DataProto:
@@ -65,20 +68,17 @@ class Teacher:
     @torch.no_grad()
     def compute_teacher_logprobs_on_rows(self, chunk: DataProto) -> DataProto:
         """`compute_teacher_logprobs` on the rows this process was given, in micro-batches."""
-        outputs = []
-        step = self.micro_batch_size or len(chunk)
-        for start in range(0, len(chunk), step):
-            micro = chunk.slice(start, min(start + step, len(chunk)))
+        def forward(micro: DataProto) -> DataProto:
             inputs = {k: micro[k].to(self.accelerator.device) for k in MODEL_INPUTS}
             responses = micro["responses"].to(self.accelerator.device)
             logits = models.response_logits(self.model, **inputs, response_length=responses.shape[1])  # temperature 1
             if self.topk is None:
-                out = {"teacher_logprobs": logprobs_from_logits(logits, responses).unsqueeze(-1).cpu()}
-            else:
-                top = torch.log_softmax(logits, dim=-1).topk(self.topk, dim=-1)
-                out = {"teacher_logprobs": top.values.cpu(), "teacher_ids": top.indices.cpu()}
-            outputs.append(DataProto(batch=out))
-        return DataProto.concat(outputs)
+                sampled = logprobs_from_logits(logits, responses).unsqueeze(-1)
+                return DataProto(batch={"teacher_logprobs": sampled.cpu()})
+            top = torch.log_softmax(logits, dim=-1).topk(self.topk, dim=-1)
+            return DataProto(batch={"teacher_logprobs": top.values.cpu(), "teacher_ids": top.indices.cpu()})
+
+        return forward_in_micro_batches(forward, chunk, make_micro_batches(chunk, *self.micro_batches))
 
 
 def build_teacher(config, student_tokenizer, accelerator) -> Teacher:
@@ -92,4 +92,5 @@ def build_teacher(config, student_tokenizer, accelerator) -> Teacher:
     loss = distillation.distillation_loss
     rollout = config.actor_rollout_ref.rollout
     return Teacher(models.load_policy(path), loss.topk if uses_topk(loss.loss_mode) else None, accelerator,
-                   rollout.log_prob_micro_batch_size_per_gpu)
+                   rollout.log_prob_micro_batch_size_per_gpu, rollout.log_prob_use_dynamic_bsz,
+                   rollout.log_prob_max_token_len_per_gpu)
