@@ -84,13 +84,10 @@ demo: install
 
 test: install $(RAY_INSTALLED) $(LORA_INSTALLED) $(VERL_INSTALLED) $(TRL_INSTALLED)
 	$(PY) -m ruff check .
-	$(PY) -m minirl warm-start > /dev/null  # built once, before the parallel workers need it
+	# Every cached warm start, built once before the parallel workers need them, in one process (one import):
+	# tiny (most chapters), chain and chain-zero (Chapters 5 and 8), word (Lab A), tool (Chapter 13), teacher (Chapter 14)
+	$(PY) -m minirl warm-start tiny chain chain-zero word tool teacher > /dev/null
 	$(PY) -m minirl preference-data > /dev/null  # the preference task of Chapters 3 and 6, likewise
-	$(PY) -m minirl warm-start chain > /dev/null  # the chain task of Chapters 5 and 8 (and R1-Zero's start)
-	$(PY) -m minirl warm-start chain-zero > /dev/null
-	$(PY) -m minirl warm-start word > /dev/null  # Lab A's GSM8K-format word problems
-	$(PY) -m minirl warm-start tool > /dev/null  # Chapter 13: 3-digit sums with a calculator tool
-	$(PY) -m minirl warm-start teacher > /dev/null  # Chapter 14: the tiny task's teacher for distillation
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=25 --target solutions --ignore=tests/parity --ignore=tests/parity_trl
 	$(VERL_PY) -m pytest tests/parity
 	$(TRL_PY) -m pytest tests/parity_trl

@@ -93,14 +93,16 @@ def _run(argv: list[str] | None) -> int:
     if command == "warm-start":
         from minirl.sft import WARM_STARTS, default_warm_start
 
-        name = rest[0] if rest else "tiny"
-        if name not in WARM_STARTS or len(rest) > 1:
-            print(f"warm-start takes one name of {', '.join(WARM_STARTS)} (default tiny); got {' '.join(rest)!r}",
+        names = rest or ["tiny"]
+        unknown = [name for name in names if name not in WARM_STARTS]
+        if unknown:
+            print(f"warm-start takes names of {', '.join(WARM_STARTS)} (default tiny); got {' '.join(unknown)!r}",
                   file=sys.stderr)
             return 2
-        path = default_warm_start(WARM_STARTS[name])
-        print(path)
-        print((path / "warm_start.json").read_text())
+        for name in names:  # several in one process: one import of torch and transformers for all of them
+            path = default_warm_start(WARM_STARTS[name])
+            print(path)
+            print((path / "warm_start.json").read_text())
         return 0
     if command == "merge":
         from minirl.lora import merge_adapter_directory

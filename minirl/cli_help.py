@@ -70,9 +70,9 @@ COMMANDS = {
     "config": ("python -m minirl config [key=value ...]",
                "Print the resolved config as YAML and exit (verl/Hydra's --cfg job): no model, no data.",
                "python -m minirl config algorithm.adv_estimator=gae | grep -A3 critic:"),
-    "warm-start": ("python -m minirl warm-start [tiny|chain|chain-zero|word|tool|teacher]",
-                   "Build (the first time, about a minute of SFT) or show a cached SFT warm start and print its "
-                   "directory and its\nwarm_start.json (accuracy, seed, settings). The cache is $MINIRL_CACHE_DIR, "
+    "warm-start": ("python -m minirl warm-start [tiny|chain|chain-zero|word|tool|teacher ...]",
+                   "Build (the first time, about a minute of SFT) or show each named cached SFT warm start and print "
+                   "its directory and its\nwarm_start.json (accuracy, seed, settings). The cache is $MINIRL_CACHE_DIR, "
                    "else ~/.cache/minirl.\n  tiny        the arithmetic task of `make demo` and most chapters\n"
                    "  chain       the chain task of Chapters 5 and 8\n  chain-zero  R1-Zero's start for Chapter 8\n"
                    "  word        Lab A's GSM8K-format word problems\n  tool        Chapter 13's sums with a "

@@ -8,6 +8,11 @@ files of long tests (every notebook, every estimator's 60-step run) kept one wor
 files of SERIAL_FILES stay on one worker whole.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 SHARED_SCOPES = ("module", "package", "session")
@@ -35,3 +40,15 @@ def pytest_collection_modifyitems(config, items):
                   and getattr(definitions[-1].func, "__module__", None) == module.__name__]
         if shared or item.path.stem in SERIAL_FILES:
             item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(item.path.stem, item.path.stem)))
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """`mkdocs build --strict` of the book into a temporary directory, once per worker: test_book reads its files and
+    test_browser serves it (both files' tests share one worker, the mkdocs_build group, so the site is built once)."""
+    site_dir = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-3000:]}"
+    return site_dir

@@ -1,9 +1,6 @@
 """The book site: builds strictly, serves its own math renderer, shows the reading map."""
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -15,13 +12,9 @@ PAPERS_IN_ORDER = ["PPO", "GAE", "InstructGPT", "GRPO", "DAPO", "DPO", "RLOO", "
 LABS = ["GSM8K PPO", "Writing reward functions", "Reading the debug metrics", "The GRPO config"]
 
 
-@pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
-def site(tmp_path_factory):
-    site_dir = tmp_path_factory.mktemp("site")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
-                          cwd=REPO, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-3000:]}"
-    return site_dir
+@pytest.fixture(scope="session")  # of this file, so its tests join the mkdocs_build group (tests/conftest.py)
+def site(built_site):
+    return built_site
 
 
 def pages(site):

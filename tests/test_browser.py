@@ -20,8 +20,6 @@ import http.server
 import os
 import shutil
 import socketserver
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -65,12 +63,8 @@ def nav_pages(language: str = "en") -> list[str]:
 
 
 @pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
-def site_url(tmp_path_factory):
-    site = tmp_path_factory.mktemp("site")
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)], cwd=REPO,
-                          capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+def site_url(built_site):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(built_site))
     handler.log_message = lambda *args: None
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -4,6 +4,8 @@ The chapters measure these effects with more seeds and larger runs; here one see
 assert the direction of each effect (and, where the chapter quotes one, a margin well inside it).
 """
 
+import json
+
 import pytest
 import torch
 
@@ -119,15 +121,15 @@ def test_chapter11_gradient_draws_give_the_optimal_token_baselines_what_they_nee
 
 
 @pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
-def preference_setup(tmp_path_factory):
-    """The preference task, a reward model trained on it (seeded), the held-out prompts and the SFT model."""
+def preference_setup():
+    """The preference task, a reward model trained on it (seeded; cached by its config and training code, see
+    reward_model.default_reward_model), its training summary, the held-out prompts and the SFT model."""
     from minirl import data, preference, reward_model
 
     task = preference.default_preference_task(show_progress=False)
     warm = preference.warm_start_of(task)
-    rm_dir = tmp_path_factory.mktemp("rm") / "reward_model"
-    summary = reward_model.train_reward_model(
-        reward_model.RewardModelConfig(output_dir=str(rm_dir), num_train_epochs=4), show_progress=False)
+    rm_dir = reward_model.default_reward_model(reward_model.RewardModelConfig(num_train_epochs=4), show_progress=False)
+    summary = json.loads((rm_dir / "reward_model.json").read_text())
     rows = data.read_parquet(warm / "data" / "test.parquet").to_list()
     return task, warm, rm_dir, summary, rows
 

@@ -61,6 +61,14 @@ def test_config_command_loads_no_model_and_no_data(tmp_path):
     assert "path: /does/not/exist" in proc.stdout
 
 
+def test_warm_start_names_an_unknown_task_and_builds_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "minirl", "warm-start", "tiny", "chian"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MINIRL_CACHE_DIR": str(tmp_path)})
+    assert proc.returncode == 2 and "got 'chian'" in proc.stderr and "chain-zero" in proc.stderr, proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("command", ["train", "config", "warm-start", "plot", "preference-data", "train-rm", "dpo"])
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_every_command_answers_help_and_starts_no_work(command, flag, tmp_path):

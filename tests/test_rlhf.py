@@ -262,3 +262,23 @@ def test_dpo_cli_refuses_a_bad_loss_type(tiny):
     cli = subprocess.run([sys.executable, "-m", "minirl", "dpo", "loss_type=kto"], cwd=REPO, capture_output=True,
                          text=True)
     assert cli.returncode == 2 and "loss_type" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr[-1500:]
+
+
+def test_the_cached_reward_model_is_keyed_by_its_settings(tmp_path, monkeypatch):
+    """default_reward_model trains into the cache once per settings: other settings (or other training code) get
+    another directory, and nothing reaches the cache until training wrote reward_model.json there."""
+    monkeypatch.setenv("MINIRL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(reward_model, "resolve_tiny_paths", lambda config: ("model", "train.parquet", None))
+    trained = []
+
+    def fake_train(config, show_progress=None):
+        trained.append(config)
+        Path(config.output_dir).mkdir(parents=True)
+        (Path(config.output_dir) / "reward_model.json").write_text("{}")
+
+    monkeypatch.setattr(reward_model, "train_reward_model", fake_train)
+    first = reward_model.default_reward_model(reward_model.RewardModelConfig(num_train_epochs=4))
+    again = reward_model.default_reward_model(reward_model.RewardModelConfig(num_train_epochs=4, output_dir="x"))
+    other = reward_model.default_reward_model(reward_model.RewardModelConfig(num_train_epochs=5))
+    assert first == again != other and first.parent == other.parent == tmp_path
+    assert [Path(c.output_dir) for c in trained] == [first, other] and trained[0].num_train_epochs == 4
