@@ -830,13 +830,9 @@ CLASSIC_MISTAKES["ch11_policy_losses"] = [
 ]
 
 
-# Every exercise's wrong answer, graded in one run. Chapter 0's hanging answer is graded once, with the classic
-# mistakes (its three 10-second timeouts); here it returns a wrong tensor instead.
-WRONG_CH00_NO_HANG = WRONG_CH00.split("def place_scores_on_last_token")[0] + '''
-def place_scores_on_last_token(scores, response_mask):
-    return response_mask * scores.unsqueeze(-1)                         # the score on every token, not the last
-'''
-WRONG = {"ch00_tensors": WRONG_CH00_NO_HANG, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
+# Every exercise's wrong answer, graded in one run (the first run of classic_mistakes_graded below, which also grades
+# the classic mistakes among them; Chapter 0's is the hanging one, so its 2-second timeouts are waited for once).
+WRONG = {"ch00_tensors": WRONG_CH00, "ch01_ppo": WRONG_CH01, "ch02_gae": WRONG_CH02_FORWARD,
          "ch03_rlhf": WRONG_CH03_NAIVE, "ch04_grpo": WRONG_CH04_BIASED, "ch05_dapo": WRONG_CH05,
          "ch06_dpo": WRONG_CH06_NAIVE, "ch07_baselines": WRONG_CH07_GRPO_LIKE, "ch08_r1": WRONG_CH08,
          "ch09_rollout_corr": WRONG_CH09_NO_MASK, "ch10_hybridflow": WRONG_CH10_INTERLEAVED,
@@ -871,17 +867,43 @@ def test_make_grade_passes_one_exercise_to_pytest():
 CASES = [(stem, variant) for stem, variants in CLASSIC_MISTAKES.items() for variant in range(len(variants))]
 
 
+def grading_runs() -> list[dict[str, tuple[str, int | None]]]:
+    """The answer files of each grading run: {exercise file stem: (source, its index among CLASSIC_MISTAKES[stem] or
+    None)}. Run 0 holds WRONG (every file's wrong answer, some of them classic mistakes); run k > 0 the classic
+    mistakes not graded yet, at most one per file."""
+    first = {stem: (source, next((i for i, (wrong, _) in enumerate(CLASSIC_MISTAKES.get(stem, [])) if wrong == source),
+                                 None)) for stem, source in WRONG.items()}
+    left = {stem: [(wrong, i) for i, (wrong, _) in enumerate(variants) if first.get(stem, (None, None))[1] != i]
+            for stem, variants in CLASSIC_MISTAKES.items()}
+    runs = [first]
+    while any(left.values()):
+        runs.append({stem: variants.pop(0) for stem, variants in left.items() if variants})
+    return runs
+
+
 @pytest.fixture(scope="session")  # session: built once per worker, even when xdist interleaves files
-def classic_mistakes_graded(tmp_path_factory) -> dict[tuple[str, int], Graded]:
-    """Grade every classic mistake: run k holds the k-th wrong file of every exercise file (and grades only those
-    files' tests), so a handful of pytest runs grade them all."""
-    graded = {}
-    for k in range(max(len(variants) for variants in CLASSIC_MISTAKES.values())):
-        files = {stem: variants[k][0] for stem, variants in CLASSIC_MISTAKES.items() if k < len(variants)}
-        tmp = tmp_path_factory.mktemp(f"classic{k}")
-        run = grade(write_answers(tmp / "wrong", files), tmp, *[f"tests/exercises/test_{stem}.py" for stem in files])
-        graded.update({(stem, k): run for stem in files})
-    return graded
+def graded_runs(tmp_path_factory) -> list[Graded]:
+    """Grade every run of grading_runs(), each in one pytest process over its files' graded tests."""
+    results = []
+    for k, files in enumerate(grading_runs()):
+        tmp = tmp_path_factory.mktemp(f"graded{k}")
+        answers = write_answers(tmp / "wrong", {stem: source for stem, (source, _) in files.items()})
+        results.append(grade(answers, tmp, *[f"tests/exercises/test_{stem}.py" for stem in files]))
+    return results
+
+
+@pytest.fixture(scope="session")
+def classic_mistakes_graded(graded_runs) -> dict[tuple[str, int], Graded]:
+    """(exercise file stem, classic-mistake index) -> the grading run that graded it."""
+    return {(stem, variant): run for run, files in zip(graded_runs, grading_runs())
+            for stem, (_, variant) in files.items() if variant is not None}
+
+
+def test_every_classic_mistake_and_every_wrong_answer_is_graded_once():
+    runs = grading_runs()
+    graded = sorted((stem, variant) for files in runs for stem, (_, variant) in files.items() if variant is not None)
+    assert graded == sorted(CASES)
+    assert {stem: source for stem, (source, _) in runs[0].items()} == WRONG
 
 
 @pytest.mark.parametrize("stem, variant", CASES, ids=[f"{stem}-{variant}" for stem, variant in CASES])
@@ -893,11 +915,11 @@ def test_graders_explain_the_classic_mistakes(classic_mistakes_graded, stem, var
     assert "FAILED" in run.stdout
 
 
-def test_every_exercise_has_three_checks_and_each_catches_a_wrong_answer(tmp_path):
+def test_every_exercise_has_three_checks_and_each_catches_a_wrong_answer(graded_runs):
     """One grading run over every exercise's wrong answer: each exercise has at least 3 checks, at least one of
     them fails, and the table tells the learner the command that regrades that exercise alone."""
     counts = marked_checks()
-    run = grade(write_answers(tmp_path / "wrong", WRONG), tmp_path)
+    run = graded_runs[0]
     for number, count in sorted(counts.items()):
         assert count >= 3, f"exercise {number} has only {count} checks; write at least 3"
         outcomes = [run.results[name] for name, of in run.exercise.items() if of == number]
