@@ -23,7 +23,7 @@ from pathlib import Path
 
 from minirl.sft import SFTConfig, default_cache_dir, default_warm_start, warm_start_dir
 
-TESTS = ("tests/test_trainer.py::test_estimator_raises_validation_accuracy "
+TESTS = ("tests/test_trainer.py::test_estimator_raises_the_reward "
          "tests/test_chapter_effects.py::test_chapter1_without_the_clip_the_policy_collapses "
          "tests/test_chapter_effects.py::test_chapter2_gae_variance_falls_and_bias_rises_as_lambda_falls "
          "tests/test_chapter_effects.py::test_chapter7_a_baseline_pays_off_only_when_rewards_have_an_offset "

@@ -69,27 +69,33 @@ def test_cli_reports_config_errors_without_a_traceback():
 # It learns: seeded runs from the cached warm start on the tiny task
 # ----------------------------------------------------------------------------------------------
 
-# Validation (greedy) accuracy must rise by at least MARGIN in `make demo`'s setting (60 steps at lr 2e-4). On
-# another CPU the warm start is another model, so the margin comes from a spread over warm starts (SFT seeds
-# stand in for machines; bench/effect_spread.py): see the docstring of the test for the measured gains.
+# Each estimator must raise the training reward (critic/score/mean, the sampled batch's mean score) by at least
+# MARGIN over STEPS steps at make demo's lr, and end with a higher validation accuracy than it started. On another
+# CPU the warm start is another model, so the margins come from a spread over warm starts (SFT seeds stand in for
+# machines; bench/effect_spread.py): see the test's docstring for the measured gains.
 MARGIN = 0.05
-STEPS = 60
+STEPS = 30
 LR = "2e-4"
+WINDOW = 5  # steps averaged at each end: one step's 256 answers are a noisy sample
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "rloo", "reinforce_plus_plus", "remax", "gae"])
-def test_estimator_raises_validation_accuracy(tmp_path, estimator):
+def test_estimator_raises_the_reward(tmp_path, estimator):
     """Every estimator learns, from whichever warm start this CPU builds.
 
-    At the trainer's default lr (1e-4) for 40 steps, the slowest-learning warm start (SFT seed 2) gained only
-    +0.03 to +0.075 with the five estimators: not a margin that holds on every machine. In this setting it gained
-    +0.125 to +0.145, except ReMax's +0.065 (warm start 1, which starts at 0.765: +0.14 to +0.155). MARGIN sits
-    below the smallest, above one standard error of an accuracy on 200 prompts (about 0.035)."""
+    Over warm starts 0-4 x the five estimators (30 steps at lr 2e-4, 32 prompts x 8), the mean training reward of
+    steps 26-30 exceeded that of steps 1-5 by +0.088 to +0.221 (ReMax lowest: +0.088 to +0.197; the others from
+    +0.130), and greedy validation accuracy on 200 prompts rose by +0.045 to +0.215. Validation is the noisier
+    measure (one greedy answer per prompt, read twice; at 40 steps some runs showed only +0.020), so the margin is
+    on the reward, and validation must only not fall. MARGIN sits below the smallest reward gain."""
     history = run(tmp_path, f"algorithm.adv_estimator={estimator}", f"trainer.total_training_steps={STEPS}",
                   f"trainer.test_freq={STEPS}", f"actor_rollout_ref.actor.optim.lr={LR}")
+    reward = [r["critic/score/mean"] for r in history if "critic/score/mean" in r]
+    gain = sum(reward[-WINDOW:]) / WINDOW - sum(reward[:WINDOW]) / WINDOW
     before, after = history[0][VAL], history[-1][VAL]
-    print(f"MEASURED {estimator}_gain {after - before:+.3f}")  # bench/effect_spread.py collects these
-    assert after - before >= MARGIN, f"{estimator}: validation accuracy {before:.3f} -> {after:.3f}"
+    print(f"MEASURED {estimator}_reward_gain {gain:+.3f}\nMEASURED {estimator}_val_gain {after - before:+.3f}")
+    assert gain >= MARGIN, f"{estimator}: training reward {[round(r, 3) for r in reward]}"
+    assert after > before, f"{estimator}: validation accuracy {before:.3f} -> {after:.3f}"
     records = load_metrics(tmp_path / "run")
     assert [r["step"] for r in records] == list(range(STEPS + 1))
     if estimator == "grpo":  # the same for every estimator: checked once
