@@ -60,7 +60,7 @@ VAL = "val-core/minirl/arithmetic/acc/mean@1"
 def settings(name, *overrides, steps, test_freq=5):
     # One seeded PPO + GAE run of minirl's trainer (verl's fit loop) from the cached SFT warm start.
     fast = ["data.val_max_samples=40"] if fast_mode() else ["data.val_max_samples=100"]
-    steps = 3 if fast_mode() else steps
+    steps = 2 if fast_mode() else steps
     return [f"trainer.default_local_dir={RUNS / name}", f"trainer.total_training_steps={steps}",
             f"trainer.test_freq={min(test_freq, steps)}", "trainer.resume_mode=disable", "trainer.logger=[]",
             "algorithm.adv_estimator=gae", *fast, *overrides]
