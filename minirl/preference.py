@@ -28,10 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,7 +38,7 @@ from minirl import data as data_lib
 from minirl import models
 from minirl.rewards import default_compute_score
 from minirl.rollout import generate_sequences
-from minirl.sft import SFTConfig, default_cache_dir, default_warm_start
+from minirl.sft import SFTConfig, build_once, default_cache_dir, default_warm_start
 
 PREFERENCE_SFT = SFTConfig(demo_style="worked", max_length=64, response_length=48)
 """The warm start of the preference task: worked answers need longer sequences."""
@@ -165,21 +162,8 @@ def describe_pairs(pairs: list[dict]) -> dict:
 def default_preference_task(config: PreferenceConfig | None = None, show_progress: bool = True) -> Path:
     """The cached preference task's directory, built on first use (atomically, like the warm start)."""
     config = config or PreferenceConfig()
-    cache = default_cache_dir()
-    target = cache / f"preference-{config.key()}"
-    if (target / "preference.json").exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=".building-preference-", dir=cache))
-    try:
-        build_preference_task(building, config, show_progress)
-        if (target / "preference.json").exists():  # another process finished first
-            return target
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(building, target)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return target
+    return build_once(default_cache_dir() / f"preference-{config.key()}", "preference.json",
+                      lambda building: build_preference_task(building, config, show_progress), ".lock-preference")
 
 
 def warm_start_of(task_dir: str | Path) -> Path:

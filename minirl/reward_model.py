@@ -322,30 +322,23 @@ def default_reward_model(config: RewardModelConfig | None = None, show_progress:
     """The reward model `config` trains (its output_dir ignored), trained on first use and cached like a warm start.
 
     The cache key covers the config, the resolved model and data paths (the preference task's directory names carry
-    its own key) and this file's source, so a change to the training code trains a new model. Built under a lock
-    (one builder among parallel test workers) and written atomically by `train_reward_model`. Returns the model
-    directory; its reward_model.json holds the training summary (with the held-out "eval").
+    its own key) and this file's source, so a change to the training code trains a new model. Built once, atomically
+    (`sft.build_once`). Returns the model directory; its reward_model.json holds the training summary (with the
+    held-out "eval").
     """
-    import fcntl
     import hashlib
     import json
 
-    from minirl.sft import default_cache_dir
+    from minirl.sft import build_once, default_cache_dir
 
     config = config or RewardModelConfig()
     settings = {k: v for k, v in asdict(config).items() if k not in ("output_dir", "progress_bar")}
     content = json.dumps({"config": settings, "paths": [str(p) for p in resolve_tiny_paths(config)],
                           "source": Path(__file__).read_text()}, sort_keys=True)
-    cache = default_cache_dir()
-    target = cache / f"reward_model-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
-    if (target / "reward_model.json").exists():
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / ".lock-reward_model", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / "reward_model.json").exists():  # another process may have built it while we waited
-            train_reward_model(replace(config, output_dir=str(target)), show_progress)
-    return target
+    target = default_cache_dir() / f"reward_model-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
+    return build_once(target, "reward_model.json",
+                      lambda building: train_reward_model(replace(config, output_dir=str(building)), show_progress),
+                      ".lock-reward_model")
 
 
 def decode_for_reward_model(tokenizer, responses: list[list[int]]) -> list[str]:

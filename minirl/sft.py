@@ -386,32 +386,40 @@ def warm_start_dir(config: SFTConfig | None = None, cache_dir: str | Path | None
     return cache_dir / f"warm_start-{(config or SFTConfig()).key()}"
 
 
-def default_warm_start(config: SFTConfig | None = None, cache_dir: str | Path | None = None,
-                       show_progress: bool = True) -> Path:
-    """The warm-start model directory for `config`, built on first use and cached by the config's hash.
+def build_once(target: Path, marker: str, build, lock_name: str = LOCK_FILE) -> Path:
+    """`target`, a cached directory that is complete once it holds the file `marker`; built on first use.
 
-    The build happens in a temporary directory that is renamed into place when complete, so an
-    interrupted build leaves nothing half-written behind and the next call simply starts over.
+    If the marker is missing, `build(directory)` fills a temporary sibling of `target` (and must write the marker
+    there), which is then renamed into place: an interrupted build leaves nothing half-written behind and the next
+    call simply starts over. Builders take the lock file `lock_name` in the cache directory, so parallel processes
+    (test workers) build once; each kind of cached thing has its own lock, since building one may need another
+    (the preference task needs the warm start).
     """
-    config = config or SFTConfig()
-    target = warm_start_dir(config, cache_dir)
-    if (target / "warm_start.json").exists():
+    if (target / marker).exists():
         return target
-    cache_dir = target.parent
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with open(cache_dir / LOCK_FILE, "w") as lock:  # one builder at a time (e.g. parallel test workers)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / lock_name, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / "warm_start.json").exists():  # another process built it while we waited
+        if (target / marker).exists():  # another process built it while we waited
             return target
-        building = Path(tempfile.mkdtemp(prefix=f".building-{config.key()}-", dir=cache_dir))
+        building = Path(tempfile.mkdtemp(prefix=f".building-{target.name}-", dir=target.parent))
         try:
-            build_warm_start(building, config, show_progress)
+            build(building)
             if target.exists():  # a stale, incomplete directory from an older version
                 shutil.rmtree(target)
             os.replace(building, target)
         finally:
             shutil.rmtree(building, ignore_errors=True)
     return target
+
+
+def default_warm_start(config: SFTConfig | None = None, cache_dir: str | Path | None = None,
+                       show_progress: bool = True) -> Path:
+    """The warm-start model directory for `config`, built on first use and cached by the config's hash
+    (`build_once`: atomic, one builder at a time)."""
+    config = config or SFTConfig()
+    return build_once(warm_start_dir(config, cache_dir), "warm_start.json",
+                      lambda building: build_warm_start(building, config, show_progress))
 
 
 def train_overrides(model_dir: str | Path, config: SFTConfig, data_dir: str | Path | None = None) -> list[str]:

@@ -88,6 +88,7 @@ def test_a_distillation_run_from_the_command_line_resumes_where_it_stopped(tmp_p
     subprocess.run([*command, "trainer.total_training_steps=2", "trainer.resume_mode=disable"], check=True,
                    capture_output=True, text=True)
     resumed = subprocess.run([*command, "trainer.total_training_steps=3"], check=True, capture_output=True, text=True)
+    assert "processes in one group" not in resumed.stderr  # one process (the trainer announces a group of several)
     assert "resumed from" in resumed.stderr
     metrics = load_metrics(run)
     assert [row["step"] for row in metrics] == [1, 2, 3]

@@ -873,7 +873,7 @@ def grading_runs() -> list[dict[str, tuple[str, int | None]]]:
     mistakes not graded yet, at most one per file."""
     first = {stem: (source, next((i for i, (wrong, _) in enumerate(CLASSIC_MISTAKES.get(stem, [])) if wrong == source),
                                  None)) for stem, source in WRONG.items()}
-    left = {stem: [(wrong, i) for i, (wrong, _) in enumerate(variants) if first.get(stem, (None, None))[1] != i]
+    left = {stem: [(wrong, i) for i, (wrong, _) in enumerate(variants) if first[stem][1] != i]
             for stem, variants in CLASSIC_MISTAKES.items()}
     runs = [first]
     while any(left.values()):

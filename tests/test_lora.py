@@ -113,6 +113,7 @@ def test_a_lora_run_checkpoints_the_adapter_resumes_and_merges(tmp_path, base_di
     assert (adapter / "adapter_model.safetensors").exists() and not (adapter / "model.safetensors").exists()
     assert not (run / "global_step_2" / "rollout").exists()  # the merged engine copy is rebuilt from the adapter
     resumed = subprocess.run([*command, "trainer.total_training_steps=3"], check=True, capture_output=True, text=True)
+    assert "processes in one group" not in resumed.stderr  # one process (the trainer announces a group of several)
     assert "resumed from" in resumed.stderr and "LoRA (lora_rank=4" in resumed.stderr
     metrics = load_metrics(run)
     assert [row["step"] for row in metrics] == [1, 2, 3]

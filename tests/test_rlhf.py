@@ -273,7 +273,6 @@ def test_the_cached_reward_model_is_keyed_by_its_settings(tmp_path, monkeypatch)
 
     def fake_train(config, show_progress=None):
         trained.append(config)
-        Path(config.output_dir).mkdir(parents=True)
         (Path(config.output_dir) / "reward_model.json").write_text("{}")
 
     monkeypatch.setattr(reward_model, "train_reward_model", fake_train)
@@ -281,4 +280,5 @@ def test_the_cached_reward_model_is_keyed_by_its_settings(tmp_path, monkeypatch)
     again = reward_model.default_reward_model(reward_model.RewardModelConfig(num_train_epochs=4, output_dir="x"))
     other = reward_model.default_reward_model(reward_model.RewardModelConfig(num_train_epochs=5))
     assert first == again != other and first.parent == other.parent == tmp_path
-    assert [Path(c.output_dir) for c in trained] == [first, other] and trained[0].num_train_epochs == 4
+    assert [c.num_train_epochs for c in trained] == [4, 5]  # trained once per settings, into a temporary sibling
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted([first.name, other.name])

@@ -14,12 +14,8 @@ SFT data (`tokenize_demonstrations`), and the lab patches it in for one build, i
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,25 +134,16 @@ def graded_runs(cache_dir: str | Path | None = None) -> list[tuple[str, list[dic
     and their length; a build interrupted half way is started again, never half-read. The records are passed
     through `hide_config`: the same keys in every run, no `actor/lr`, no timings.
     """
-    from minirl.sft import default_cache_dir
+    from minirl.sft import build_once, default_cache_dir
+
+    def build(building: Path) -> None:
+        for name in GRADED:
+            run_case(name, building / name, GRADED_STEPS, GRADED_SEED)
+        (building / "done").write_text("ok\n")
 
     spec = json.dumps([GRADED_STEPS, GRADED_SEED, BASE, [CASES[name].overrides for name in GRADED]])
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = root / f"lab_c-{hashlib.sha256(spec.encode()).hexdigest()[:12]}"
-    if not (target / "done").exists():
-        root.mkdir(parents=True, exist_ok=True)
-        with open(root / ".lock-lab_c", "w") as lock:  # one builder at a time (parallel test workers)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (target / "done").exists():
-                building = Path(tempfile.mkdtemp(prefix=".building-lab_c-", dir=root))
-                try:
-                    for name in GRADED:
-                        run_case(name, building / name, GRADED_STEPS, GRADED_SEED)
-                    (building / "done").write_text("ok\n")
-                    shutil.rmtree(target, ignore_errors=True)
-                    os.replace(building, target)
-                finally:
-                    shutil.rmtree(building, ignore_errors=True)
+    target = build_once(root / f"lab_c-{hashlib.sha256(spec.encode()).hexdigest()[:12]}", "done", build, ".lock-lab_c")
     from minirl.plot import load_metrics
 
     return hide_config([(name, load_metrics(target / name)) for name in GRADED])
