@@ -8,6 +8,11 @@ tests print as `MEASURED name value`: the spread the tests' margins are derived 
 
     .venv/bin/python bench/effect_spread.py                          # warm-start seeds 0-4, the tiny task's tests
     .venv/bin/python bench/effect_spread.py --warm-seeds 3 --tests "tests/test_trainer.py -k estimator"
+    .venv/bin/python bench/effect_spread.py --swap chain --tests "tests/test_chapter_effects.py -k chapter8"
+
+`--swap` names what to swap: a warm start (a name of `python -m minirl warm-start`: tiny, chain, word, ...) or
+"preference", the preference task of Chapters 3 and 6 sampled from its warm start built with the seed (its reward
+model is then retrained in the seed's cache directory, since that cache is keyed by the task's path).
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ import shlex
 import subprocess
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
-from minirl.sft import SFTConfig, default_cache_dir, default_warm_start, warm_start_dir
+from minirl.preference import PREFERENCE_SFT, PreferenceConfig, default_preference_task
+from minirl.sft import WARM_STARTS, default_cache_dir, default_warm_start, warm_start_dir
 
 TESTS = ("tests/test_trainer.py::test_estimator_raises_the_reward "
          "tests/test_chapter_effects.py::test_chapter1_without_the_clip_the_policy_collapses "
@@ -31,15 +38,26 @@ TESTS = ("tests/test_trainer.py::test_estimator_raises_the_reward "
 """The tests that train from the tiny task's warm start."""
 
 
-def cache_for(seed: int, root: Path) -> Path:
-    """A cache directory whose default warm start is the one built with `seed` (other entries shared)."""
+def swapped(kind: str, seed: int) -> tuple[str, Path, tuple[str, ...]]:
+    """(the default cache entry's name, the seed's version of it, the prefixes of the entries derived from it)."""
+    if kind == "preference":  # the preference task (Chapters 3 and 6), sampled from its own warm start
+        sft = replace(PREFERENCE_SFT, seed=seed)
+        target = default_preference_task(PreferenceConfig(sft=sft, seed=seed), show_progress=False)
+        return f"preference-{PreferenceConfig().key()}", target, ("reward_model-",)
+    config = WARM_STARTS[kind]
+    target = default_warm_start(replace(config, seed=seed), show_progress=False)
+    return warm_start_dir(config).name, target, ()
+
+
+def cache_for(seed: int, root: Path, kind: str = "tiny") -> Path:
+    """A cache directory whose `kind` (a warm start's name, or "preference") is the one built with `seed`; the
+    other entries are shared, except those derived from the swapped one, which the tests rebuild there."""
     main = default_cache_dir()
-    target = default_warm_start(SFTConfig(seed=seed), show_progress=False)
-    cache = root / f"cache_warm{seed}"
+    default_name, target, derived = swapped(kind, seed)
+    cache = root / f"cache_{kind}{seed}"
     cache.mkdir(parents=True, exist_ok=True)
-    default_name = warm_start_dir(SFTConfig()).name
     for entry in main.iterdir():
-        if entry.name.startswith(".") or entry.name == default_name:
+        if entry.name.startswith((".", *derived)) or entry.name == default_name:
             continue
         link = cache / entry.name
         if not link.exists():
@@ -54,6 +72,8 @@ def cache_for(seed: int, root: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--warm-seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--swap", default="tiny", choices=[*sorted(WARM_STARTS), "preference"],
+                        help="what the seed changes: a warm start, or the preference task")
     parser.add_argument("--tests", default=TESTS, help="pytest arguments selecting the tests")
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers")
     parser.add_argument("--out", type=Path, default=Path("runs/bench/effect_spread"))
@@ -61,11 +81,11 @@ def main() -> None:
     measured: dict[str, dict[int, str]] = defaultdict(dict)
     outcomes: dict[int, str] = {}
     for seed in args.warm_seeds:
-        cache = cache_for(seed, args.out.resolve())
+        cache = cache_for(seed, args.out.resolve(), args.swap)
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rP", "-n", str(args.workers),
                                "--dist", "loadgroup", "-p", "no:cacheprovider", *shlex.split(args.tests)],
                               env={**os.environ, "MINIRL_CACHE_DIR": str(cache)}, capture_output=True, text=True)
-        (args.out / f"pytest_warm{seed}.log").write_text(proc.stdout + proc.stderr)
+        (args.out / f"pytest_{args.swap}{seed}.log").write_text(proc.stdout + proc.stderr)
         for name, value in re.findall(r"^MEASURED (\S+) (.+)$", proc.stdout, re.M):
             measured[name][seed] = value
         outcomes[seed] = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"exit {proc.returncode}"

@@ -5,7 +5,7 @@ In `separate_async` the rollout never waits for the trainer. It runs on resource
 keeps generating while the trainer trains, and takes new weights whenever the trainer sends them (verl: the
 checkpoint engine, `checkpoint_manager.update_weights`, over NCCL/NIXL/Mooncake).
 
-Here the rollout is one CPU process, started with `multiprocessing` (spawn), and two queues:
+Here the rollout is one CPU process, started with `multiprocessing` (forkserver), and two queues:
 
     trainer process                                 rollout process (serve)
     agent loops -- ("generate", id, prompt, ...) -->  LLMServer: every waiting request advances POLL_TOKENS
@@ -106,7 +106,10 @@ class StandaloneLLMServer:
 
     def __init__(self, model_path: str, dtype: str, pad_token_id: int, eos_token_id: int, response_length: int,
                  poll_seconds: float = 1.0):
-        context = multiprocessing.get_context("spawn")
+        # forkserver: a clean process (no threads, like spawn) that imports this module once; every rollout process
+        # after the first is forked from it, already past the ~5 s import of torch and transformers
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload([__name__])
         self.inbox, self.outbox = context.Queue(), context.Queue()
         self.process = context.Process(
             target=serve, args=(model_path, dtype, pad_token_id, eos_token_id, response_length, self.inbox,
