@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it
 from omegaconf import OmegaConf
 
 from minirl import config as config_lib
@@ -35,8 +36,7 @@ def script_overrides(name: str) -> list[str]:
 @pytest.mark.parametrize("name", SCRIPT_NAMES)
 def test_verl_launch_script_passes_config_unchanged(name):
     lines = script_overrides(name)
-    proc = subprocess.run([sys.executable, "-m", "minirl", "config", *lines], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    proc = minirl_cli("config", *lines, timeout=120)
     assert proc.returncode == 0, proc.stderr
     resolved = yaml.safe_load(proc.stdout)
     for line in lines:  # every key minirl implements took the script's value
@@ -55,16 +55,14 @@ def test_verl_launch_script_passes_config_unchanged(name):
 
 
 def test_config_command_loads_no_model_and_no_data(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "minirl", "config", "actor_rollout_ref.model.path=/does/not/exist",
-                           "data.train_files=/nor/this.parquet"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    proc = minirl_cli("config", "actor_rollout_ref.model.path=/does/not/exist", "data.train_files=/nor/this.parquet",
+                      timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "path: /does/not/exist" in proc.stdout
 
 
 def test_warm_start_names_an_unknown_task_and_builds_nothing(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "minirl", "warm-start", "tiny", "chian"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "MINIRL_CACHE_DIR": str(tmp_path)})
+    proc = minirl_cli("warm-start", "tiny", "chian", timeout=120, env={**os.environ, "MINIRL_CACHE_DIR": str(tmp_path)})
     assert proc.returncode == 2 and "got 'chian'" in proc.stderr and "chain-zero" in proc.stderr, proc.stderr
     assert not list(tmp_path.iterdir())
 
@@ -117,8 +115,8 @@ def test_world_size_must_match_n_gpus_per_node(tmp_path):
 
 
 def test_every_minirl_key_is_a_verl_key():
-    keys = [key for key in config_lib._all_keys(OmegaConf.structured(config_lib.Config))
-            if not OmegaConf.is_dict(OmegaConf.select(OmegaConf.structured(config_lib.Config), key))]
+    schema = OmegaConf.structured(config_lib.Config)
+    keys = [key for key in config_lib._all_keys(schema) if not OmegaConf.is_dict(OmegaConf.select(schema, key))]
     assert len(keys) > 80
     assert sorted(set(keys) - config_lib.verl_keys()) == sorted(MINIRL_ONLY | VERL_PLUS_KEYS)
 

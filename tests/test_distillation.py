@@ -2,11 +2,10 @@
 the teacher's outputs, a run from the command line that resumes, and the loss it lowers. The losses themselves are
 compared with verl 0.9.1's in tests/parity/test_distillation_parity.py."""
 
-import subprocess
-import sys
 
 import pytest
 import torch
+from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it
 
 from minirl import data, models, sft
 from minirl.config import load_config
@@ -84,10 +83,11 @@ def test_a_distillation_run_from_the_command_line_resumes_where_it_stopped(tmp_p
     full = train([*common, f"trainer.default_local_dir={tmp_path / 'full'}", "trainer.total_training_steps=3",
                   "trainer.resume_mode=disable"], show_progress=False)
     run = tmp_path / "cut"
-    command = [sys.executable, "-m", "minirl", "train", *common, f"trainer.default_local_dir={run}"]
-    subprocess.run([*command, "trainer.total_training_steps=2", "trainer.resume_mode=disable"], check=True,
-                   capture_output=True, text=True)
-    resumed = subprocess.run([*command, "trainer.total_training_steps=3"], check=True, capture_output=True, text=True)
+    command = ["train", *common, f"trainer.default_local_dir={run}"]
+    first = minirl_cli(*command, "trainer.total_training_steps=2", "trainer.resume_mode=disable")
+    assert first.returncode == 0, first.stderr[-2000:]
+    resumed = minirl_cli(*command, "trainer.total_training_steps=3")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "processes in one group" not in resumed.stderr  # one process (the trainer announces a group of several)
     assert "resumed from" in resumed.stderr
     metrics = load_metrics(run)

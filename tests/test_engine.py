@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoModelForTokenClassification, AutoTokenizer
@@ -356,12 +357,7 @@ def test_malformed_rows_are_named(tmp_path, change, message):
     ("actor_rollout_ref.model.path=/tmp", "'/tmp' has no config.json"),
 ])
 def test_bad_paths_exit_2_with_the_key_and_no_traceback(tmp_path, override, message):
-    import subprocess
-    import sys
-
-    cli = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={tmp_path}", override,
-                          "trainer.total_training_steps=1"], cwd=Path(__file__).parents[1], capture_output=True,
-                         text=True)
+    cli = minirl_cli("train", f"trainer.default_local_dir={tmp_path}", override, "trainer.total_training_steps=1")
     assert cli.returncode == 2, cli.stderr[-2000:]
     assert message in cli.stderr and "Traceback" not in cli.stderr, cli.stderr[-2000:]
 
@@ -388,14 +384,9 @@ def test_truncated_weights_are_a_clear_error(tmp_path):
 
 
 def test_an_unwritable_run_directory_exits_2(tmp_path):
-    import subprocess
-    import sys
-
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    cli = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={blocker / 'run'}",
-                          "trainer.total_training_steps=1"], cwd=Path(__file__).parents[1], capture_output=True,
-                         text=True)
+    cli = minirl_cli("train", f"trainer.default_local_dir={blocker / 'run'}", "trainer.total_training_steps=1")
     assert cli.returncode == 2 and "cannot write to the run directory" in cli.stderr, cli.stderr[-2000:]
     assert "Traceback" not in cli.stderr
 

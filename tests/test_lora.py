@@ -2,11 +2,10 @@
 counts, the merged weights the rollout samples with, the reference as the actor with its adapter off, checkpoints
 that hold the adapter, resuming, continuing from a saved adapter, and `python -m minirl merge`."""
 
-import subprocess
-import sys
 
 import pytest
 import torch
+from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it
 
 from minirl import lora, models, sft
 from minirl.config import load_config
@@ -106,13 +105,14 @@ def test_a_lora_run_checkpoints_the_adapter_resumes_and_merges(tmp_path, base_di
     full = train([*common, f"trainer.default_local_dir={tmp_path / 'full'}", "trainer.total_training_steps=3",
                   "trainer.resume_mode=disable"], show_progress=False)
     run = tmp_path / "cut"
-    command = [sys.executable, "-m", "minirl", "train", *common, f"trainer.default_local_dir={run}"]
-    subprocess.run([*command, "trainer.total_training_steps=2", "trainer.resume_mode=disable"], check=True,
-                   capture_output=True, text=True)
+    command = ["train", *common, f"trainer.default_local_dir={run}"]
+    first = minirl_cli(*command, "trainer.total_training_steps=2", "trainer.resume_mode=disable")
+    assert first.returncode == 0, first.stderr[-2000:]
     adapter = run / "global_step_2" / "actor"
     assert (adapter / "adapter_model.safetensors").exists() and not (adapter / "model.safetensors").exists()
     assert not (run / "global_step_2" / "rollout").exists()  # the merged engine copy is rebuilt from the adapter
-    resumed = subprocess.run([*command, "trainer.total_training_steps=3"], check=True, capture_output=True, text=True)
+    resumed = minirl_cli(*command, "trainer.total_training_steps=3")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "processes in one group" not in resumed.stderr  # one process (the trainer announces a group of several)
     assert "resumed from" in resumed.stderr and "LoRA (lora_rank=4" in resumed.stderr
     metrics = load_metrics(run)
@@ -120,14 +120,12 @@ def test_a_lora_run_checkpoints_the_adapter_resumes_and_merges(tmp_path, base_di
     for key in ("critic/score/mean", "actor/pg_loss", "actor/grad_norm"):
         assert metrics[-1][key] == pytest.approx(full[-1][key], rel=1e-5, abs=1e-7), key
     merged = tmp_path / "merged"
-    done = subprocess.run([sys.executable, "-m", "minirl", "merge", str(run / "global_step_2" / "actor"), str(merged)],
-                          capture_output=True, text=True)
+    done = minirl_cli("merge", str(run / "global_step_2" / "actor"), str(merged))
     assert done.returncode == 0, done.stderr
     plain, x = models.load_policy(merged), torch.randint(7, 200, (2, 9))
     with_adapter = lora.apply_lora(models.load_policy(base_dir), lora.LoraSettings(
         4, 16, "all-linear", adapter_path=str(run / "global_step_2" / "actor")))
     with torch.no_grad():
         assert torch.allclose(plain(input_ids=x).logits, with_adapter(input_ids=x).logits, atol=1e-5)
-    refused = subprocess.run([sys.executable, "-m", "minirl", "merge", str(run), str(tmp_path / "x")],
-                             capture_output=True, text=True)
+    refused = minirl_cli("merge", str(run), str(tmp_path / "x"))
     assert refused.returncode == 2 and "holds no adapter_config.json" in refused.stderr

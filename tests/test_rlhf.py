@@ -5,12 +5,11 @@
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it
 from transformers import AutoModelForSequenceClassification
 
 from minirl import data, dpo, models, preference, reward_model
@@ -132,8 +131,7 @@ def test_train_rm_cli_names_a_bad_key_and_a_bad_file(tiny, tmp_path):
     for args, message in ((["output_dirr=x"], "unknown key 'output_dirr'. Did you mean output_dir?"),
                           ([f"train_files={tmp_path}/none.parquet", f"model_path={model_dir}", "val_files=null"],
                            "does not exist")):
-        cli = subprocess.run([sys.executable, "-m", "minirl", "train-rm", *args], cwd=REPO, capture_output=True,
-                             text=True)
+        cli = minirl_cli("train-rm", *args)
         assert cli.returncode == 2 and message in cli.stderr and "Traceback" not in cli.stderr, cli.stderr[-1500:]
 
 
@@ -259,8 +257,7 @@ def test_dpo_trainer_separates_the_pairs_and_saves_the_policy(tiny):
 
 
 def test_dpo_cli_refuses_a_bad_loss_type(tiny):
-    cli = subprocess.run([sys.executable, "-m", "minirl", "dpo", "loss_type=kto"], cwd=REPO, capture_output=True,
-                         text=True)
+    cli = minirl_cli("dpo", "loss_type=kto")
     assert cli.returncode == 2 and "loss_type" in cli.stderr and "Traceback" not in cli.stderr, cli.stderr[-1500:]
 
 

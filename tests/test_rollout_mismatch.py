@@ -1,12 +1,11 @@
 """Chapter 9's engine options: sources of training/rollout mismatch, and bypass mode's loss."""
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it
 
 from minirl import rollout_correction as rc
 from minirl.config import RolloutCorrectionConfig, load_config
@@ -119,8 +118,7 @@ def rollout_correction_script_overrides() -> list[list[str]]:
 
 @pytest.mark.parametrize("lines", rollout_correction_script_overrides(), ids=["rloo", "multi_rs"])
 def test_verl_rollout_correction_scripts_pass_config_and_a_tiny_run_completes(tmp_path, lines):
-    proc = subprocess.run([sys.executable, "-m", "minirl", "config", *lines], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    proc = minirl_cli("config", *lines, timeout=120)
     assert proc.returncode == 0, proc.stderr
     config = load_config(lines, announce=False)
     assert config.algorithm.rollout_correction.bypass_mode is True

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it
 
 from minirl import config as config_lib
 from minirl.plot import load_metrics, plot_runs
@@ -276,8 +277,7 @@ def test_bad_input_exits_2_without_a_traceback_and_keeps_the_earlier_run(tmp_pat
         weights = run_dir / "global_step_2" / "actor" / "model.safetensors"
         weights.write_bytes(weights.read_bytes()[:1000])
     before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file() and ".lock" not in path.name}
-    cli = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={run_dir}", *SMALL,
-                          "trainer.progress_bar=false", *overrides], cwd=REPO, capture_output=True, text=True)
+    cli = minirl_cli("train", f"trainer.default_local_dir={run_dir}", *SMALL, "trainer.progress_bar=false", *overrides)
     assert cli.returncode == 2 and message in cli.stderr and "Traceback" not in cli.stderr, cli.stderr[-2000:]
     after = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file() and ".lock" not in path.name}
     assert after == before  # nothing moved, rewritten or deleted
@@ -290,8 +290,7 @@ def test_a_second_run_on_a_busy_directory_is_refused(tmp_path):
     with RunLock(run_dir):
         with pytest.raises(RunDirectoryBusy, match=rf"pid {os.getpid()}\) is using .*default_local_dir"):
             train([f"trainer.default_local_dir={run_dir}", *SMALL], show_progress=False)
-        cli = subprocess.run([sys.executable, "-m", "minirl", "train", f"trainer.default_local_dir={run_dir}", *SMALL,
-                              "trainer.progress_bar=false"], cwd=REPO, capture_output=True, text=True)
+        cli = minirl_cli("train", f"trainer.default_local_dir={run_dir}", *SMALL, "trainer.progress_bar=false")
         assert cli.returncode == 2 and "another minirl run" in cli.stderr, cli.stderr[-2000:]
         assert "Traceback" not in cli.stderr
     assert not (run_dir / "metrics.jsonl").exists() and not (run_dir / "config.yaml").exists()  # nothing written
