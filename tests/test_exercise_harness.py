@@ -3,14 +3,13 @@ and graders that catch the classic mistakes with a message a learner can act on.
 
 import ast
 import os
-import subprocess
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+from cli import pytest_cli  # tests/cli.py: `python -m pytest ...`, forked from a process that imported it
 
 from minirl.book import exercise_files, exercises
 
@@ -89,16 +88,13 @@ class Graded(NamedTuple):
 
 
 def grade(target: Path, tmp_path: Path, *extra: str) -> Graded:
-    """Run the graded tests against `target` in one pytest process, as `make grade` does; read back its junit."""
+    """Run the graded tests against `target` in one pytest process, as `make grade` does (forked, tests/cli.py);
+    read back its junit."""
     junit = tmp_path / "junit.xml"
     paths = [a for a in extra if a.startswith("tests/")] or ["tests/exercises"]
     options = [a for a in extra if not a.startswith("tests/")]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider",
-         f"--target={target}", f"--junitxml={junit}", *options],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "MINIRL_GRADING_TIMEOUT_S": "2"},  # the hanging answer's timeouts, shortened
-    )
+    proc = pytest_cli(*paths, "-q", "-p", "no:cacheprovider", f"--target={target}", f"--junitxml={junit}", *options,
+                      env={**os.environ, "MINIRL_GRADING_TIMEOUT_S": "2"})  # the hanging answer's timeouts, shortened
     results, exercise = {}, {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         problem = next((case.find(tag) for tag in ("failure", "error", "skipped") if case.find(tag) is not None), None)
