@@ -345,6 +345,10 @@ for step in sorted({*range(5, STEPS + 1, 5), STEPS}):
 #   follows the same curve, right panel). The worked answer contains the right running sum, so the lenient
 #   rule pays whether or not the final answer matches. Nothing pushes the final answer to stay tied to the
 #   chain, so it drifts.
+# - These are 3 seeds of one warm start. From other warm starts, which stand in for another CPU
+#   (`bench/effect_spread.py --swap chain`, at half this batch), the lenient rule paid for wrong answers every
+#   time, but the strict run's lead in accuracy was sometimes absent or reversed. So
+#   `tests/test_chapter_effects.py` asserts only that the lenient rule pays for wrong answers.
 #
 # The hack is not the one we expected when we wrote the rule ("list many numbers"): the policy did not
 # learn to enumerate, because writing the right chain already pays. What follows `</think>` stops

@@ -103,10 +103,11 @@ def test_the_nav_lists_every_chapter_and_reference_page():
 
 
 @pytest.mark.parametrize("path", nav_pages() + nav_pages("zh"))
-def test_every_page_loads_cleanly_and_its_links_resolve(site_url, browser, path):
+def test_every_page_loads_cleanly_and_its_links_resolve(site_url, browser, path, request):
     """Every page of both languages loads without console errors, its links resolve and it links the next page; a
     chapter page (English or Chinese) also passes its chapter checks, on the same page load."""
     page = open_page(browser, f"{site_url}/{path}")
+    request.addfinalizer(page.close)
     links = page.evaluate("""[...new Set([...document.querySelectorAll('article a, a.md-footer__link')]
         .map(a => a.href.split('#')[0]).filter(h => h.startsWith(location.origin)))]""")
     for link in links:

@@ -194,15 +194,14 @@ def test_chapter6_dpo_raises_the_gold_reward_over_sft(preference_setup, tmp_path
 
 
 def test_chapter8_thinking_emerges_and_a_lenient_verifier_is_exploited(tmp_path):
-    """Chapter 8, sections 3 and 5, on half the chapter's batch (16 prompts x 8), seed 0, 40 steps at lr 3e-4:
-    under the strict verifier the share of worked answers rises (0.26 at the warm start, above 0.9 by the end);
-    under the lenient one the policy is paid for wrong answers (last 10 steps: paid 0.75, right 0.65) and ends
-    less accurate than the strictly trained policy (0.65 vs 0.75)."""
+    """Chapter 8, sections 3 and 5, on half the chapter's batch (16 prompts x 8), seed 0, 25 steps at lr 3e-4:
+    under the strict verifier the share of worked answers rises (0.26 at the warm start, 0.9 by the end) and so
+    does accuracy; the lenient verifier pays for wrong answers (it is paid for more answers than are right)."""
     from minirl import rewards, sft
 
     chain = [*sft.train_overrides(sft.default_warm_start(sft.CHAIN_SFT, show_progress=False), sft.CHAIN_SFT),
              "actor_rollout_ref.actor.optim.lr=3e-4", "data.train_batch_size=16",
-             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "trainer.total_training_steps=40",
+             "actor_rollout_ref.actor.ppo_mini_batch_size=8", "trainer.total_training_steps=25",
              "trainer.test_freq=-1", "trainer.val_before_train=False"]
     strict = run(tmp_path, *chain, name="strict")
     lenient = run(tmp_path, *chain, f"reward.custom_reward_function.path={rewards.__file__}",
@@ -211,13 +210,19 @@ def test_chapter8_thinking_emerges_and_a_lenient_verifier_is_exploited(tmp_path)
     def late(records, key):  # the mean over the last 10 steps: one step's 128 answers are a noisy sample
         return sum(r[key] for r in records[-10:]) / 10
 
-    assert strict[0]["minirl/worked/mean"] < 0.5 and late(strict, "minirl/worked/mean") > 0.85, \
-        [round(r["minirl/worked/mean"], 2) for r in strict]
-    assert late(strict, "minirl/acc/mean") > strict[0]["minirl/acc/mean"] + 0.2
+    worked, acc = late(strict, "minirl/worked/mean"), late(strict, "minirl/acc/mean")
     paid, right = late(lenient, "critic/score/mean"), late(lenient, "minirl/acc/mean")
-    assert paid - right > 0.02, (paid, right)  # the lenient rule pays for wrong answers (0.68 vs 0.64 on a Xeon)
-    assert late(strict, "critic/score/mean") == late(strict, "minirl/acc/mean")  # the strict rule pays only right ones
-    assert late(strict, "minirl/acc/mean") > right + 0.04, (late(strict, "minirl/acc/mean"), right)
+    print(f"MEASURED ch8_worked {strict[0]['minirl/worked/mean']:.2f}->{worked:.2f}\n"
+          f"MEASURED ch8_acc_gain {acc - strict[0]['minirl/acc/mean']:+.3f}\nMEASURED ch8_paid_minus_right "
+          f"{paid - right:+.3f}\nMEASURED ch8_strict_minus_lenient_acc {acc - right:+.3f}")
+    # Over chain warm starts 0-4 (bench/effect_spread.py --swap chain) at step 25: worked 0.22-0.33 -> 0.88-0.95,
+    # accuracy +0.14 to +0.45, paid minus right +0.012 to +0.048. The strictly trained policy's lead in accuracy
+    # over the lenient one (the chapter's 3 seeds, 40 steps, twice this batch) was -0.003 to +0.016 here and
+    # -0.030 to +0.093 at step 40: it does not hold on every warm start, so it is not asserted.
+    assert strict[0]["minirl/worked/mean"] < 0.5 and worked > 0.8, [round(r["minirl/worked/mean"], 2) for r in strict]
+    assert acc > strict[0]["minirl/acc/mean"] + 0.08
+    assert paid - right > 0.005, (paid, right)  # the lenient rule pays for wrong answers
+    assert late(strict, "critic/score/mean") == acc  # the strict rule pays only right ones
 
 
 def test_chapter5_overlong_shaping_ends_truncation_by_dropping_the_reasoning(tmp_path):
