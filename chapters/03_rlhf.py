@@ -372,6 +372,13 @@ for beta, seed, step, m in sorted(((beta, seed, step, m) for beta, measured in p
 #   gains over the SFT model, +0.052 for $\beta = 0.05$ (seeds +0.040 to +0.060, 1.7 standard errors)
 #   and +0.035 for $\beta = 0.01$ (1.2 standard errors), are within noise: the leash kept the gold,
 #   and this run does not show that it raised it.
+# - **One preference task.** These seeds share one preference task and one reward model, built from one
+#   warm start. Built from other warm starts instead (they stand in for another CPU:
+#   `bench/effect_spread.py --swap preference`, 15 steps, 48 held-out prompts, one seed each), the
+#   unleashed gold collapsed every time and stayed below the leashed run's, but $\beta = 0.05$ kept the
+#   gold at the SFT model's level only on this task; on the four others it fell too, more slowly. The
+#   leash slows the hack down; at this $\beta$ it does not always stop it. The seeded test
+#   (`tests/test_chapter_effects.py`) asserts only what held on all five.
 # - **The figure of Gao et al., on a laptop.** Against $\sqrt{\mathrm{KL}}$, on the held-out prompts:
 #   the proxy moves from the SFT model's -0.157 to between -0.141 and -0.121 for every leashed
 #   checkpoint (KL up to 3.30 nats), and the unleashed checkpoints (8.18 nats and beyond) score -0.139

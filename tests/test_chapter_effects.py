@@ -158,8 +158,9 @@ def test_chapter3_the_reward_model_learns_the_length_shortcut(preference_setup):
 
 
 def test_chapter3_without_the_leash_the_gold_falls_while_the_proxy_does_not(preference_setup, tmp_path):
-    """Chapter 3, section 5 (seed 0): beta = 0 ends right on 0.28 of held-out prompts against 0.62 with beta = 0.05
-    (SFT: 0.51), at a proxy at least as high: the gap proxy gain - gold gain is far larger without the leash."""
+    """Chapter 3, section 5 (seed 0, 15 steps): without the leash (beta = 0) the gold share of 48 held-out prompts
+    falls far below the SFT model's and below the leashed run's (beta = 0.05), at a proxy at least as high: the gap
+    proxy gain - gold gain is far larger without the leash."""
     from minirl import models, preference
     from minirl.evaluate import evaluate_against_reference
     from minirl.reward_model import RewardModelScorer
@@ -169,16 +170,25 @@ def test_chapter3_without_the_leash_the_gold_falls_while_the_proxy_does_not(pref
     sft = evaluate_against_reference(warm, warm, rows, 48, scorer)
     measured = {}
     for beta in (0.0, 0.05):
-        train([f"trainer.default_local_dir={tmp_path / str(beta)}", *QUIET, "trainer.total_training_steps=20",
-               "trainer.save_freq=20", "trainer.test_freq=-1", "trainer.val_before_train=False",
+        train([f"trainer.default_local_dir={tmp_path / str(beta)}", *QUIET, "trainer.total_training_steps=15",
+               "trainer.save_freq=15", "trainer.test_freq=-1", "trainer.val_before_train=False",
                *preference.ppo_overrides(rm_dir, kl_coef=beta)],
               show_progress=False)
-        measured[beta] = evaluate_against_reference(tmp_path / str(beta) / "global_step_20" / "actor", warm, rows,
+        measured[beta] = evaluate_against_reference(tmp_path / str(beta) / "global_step_15" / "actor", warm, rows,
                                                     48, scorer)
     gap = {beta: (m["proxy"] - sft["proxy"]) - (m["gold"] - sft["gold"]) for beta, m in measured.items()}
-    assert measured[0.0]["gold"] < sft["gold"] - 0.1 < measured[0.05]["gold"], (sft, measured)
+    print(f"MEASURED ch3_gold sft {sft['gold']:.3f} beta0 {measured[0.0]['gold']:.3f} "
+          f"beta0.05 {measured[0.05]['gold']:.3f}\nMEASURED ch3_proxy sft {sft['proxy']:.3f} "
+          f"beta0 {measured[0.0]['proxy']:.3f} beta0.05 {measured[0.05]['proxy']:.3f}\n"
+          f"MEASURED ch3_gap_difference {gap[0.0] - gap[0.05]:.3f}")
+    # Over preference tasks built from warm starts 0-4 (bench/effect_spread.py --swap preference), at step 15:
+    # beta = 0 ended 0.11-0.34 below the SFT model's gold and 0.14-0.25 below beta = 0.05's, at a proxy 0.009-0.61
+    # above it; the gap difference was 0.21-0.77. Whether beta = 0.05 keeps the gold at the SFT model's level depends
+    # on the task: on warm start 0 (the chapter's) it did, on 1-4 it fell 0.17-0.27, more slowly. Not asserted.
+    assert measured[0.0]["gold"] < sft["gold"] - 0.07, (sft, measured)
+    assert measured[0.0]["gold"] < measured[0.05]["gold"] - 0.07, measured
     assert measured[0.0]["proxy"] > measured[0.05]["proxy"] - 0.02, measured
-    assert gap[0.0] > gap[0.05] + 0.2, gap
+    assert gap[0.0] > gap[0.05] + 0.1, gap
 
 
 def test_chapter6_dpo_raises_the_gold_reward_over_sft(preference_setup, tmp_path):
