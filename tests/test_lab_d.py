@@ -35,12 +35,16 @@ def test_the_arithmetic_is_what_the_trainer_does(tmp_path, overrides):
 
 
 def test_lab_d_a_larger_group_learns_more_per_step(tmp_path):
-    """Lab D's ablation: after 30 steps, G = 8 beats G = 2 per step (seed 0; the lab measured 0.69 vs 0.58)."""
+    """Lab D's ablation: after 20 steps, G = 8 beats G = 2 per step (seed 0; the lab, 3 seeds of 30 steps:
+    0.598 vs 0.545)."""
     final = {}
     for n in (2, 8):
         run_dir = tmp_path / f"n{n}"
-        train([f"actor_rollout_ref.rollout.n={n}", "trainer.total_training_steps=30", "trainer.test_freq=30",
+        train([f"actor_rollout_ref.rollout.n={n}", "trainer.total_training_steps=20", "trainer.test_freq=20",
                "trainer.val_before_train=false", f"trainer.default_local_dir={run_dir}", "trainer.logger=[]",
                "trainer.resume_mode=disable"], show_progress=False)
         final[n] = load_metrics(run_dir)[-1]["val-core/minirl/arithmetic/acc/mean@1"]
-    assert final[8] - final[2] >= 0.05, final
+    print(f"MEASURED labD_G8_minus_G2 {final[8] - final[2]:+.3f}")
+    # Over warm starts 0-4 (bench/effect_spread.py), G = 8 minus G = 2: +0.035 to +0.08 at step 10, +0.04 to +0.115
+    # at step 20, +0.045 to +0.14 at step 30. The margin sits below the smallest at step 20.
+    assert final[8] - final[2] >= 0.02, final
