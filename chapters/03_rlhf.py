@@ -377,8 +377,9 @@ for beta, seed, step, m in sorted(((beta, seed, step, m) for beta, measured in p
 #   `bench/effect_spread.py --swap preference`, 15 steps, 48 held-out prompts, one seed each), the
 #   unleashed gold collapsed every time and stayed below the leashed run's, but $\beta = 0.05$ kept the
 #   gold at the SFT model's level only on this task; on the four others it fell too, more slowly. The
-#   leash slows the hack down; at this $\beta$ it does not always stop it. The seeded test
-#   (`tests/test_chapter_effects.py`) asserts only what held on all five.
+#   leash slows the hack down; at this $\beta$ it does not always stop it. Their reward models also
+#   preferred the longer answer in most pairs whose styles differ, but less often than this one. The seeded
+#   tests (`tests/test_chapter_effects.py`) assert only what held on all five.
 # - **The figure of Gao et al., on a laptop.** Against $\sqrt{\mathrm{KL}}$, on the held-out prompts:
 #   the proxy moves from the SFT model's -0.157 to between -0.141 and -0.121 for every leashed
 #   checkpoint (KL up to 3.30 nats), and the unleashed checkpoints (8.18 nats and beyond) score -0.139

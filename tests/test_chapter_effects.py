@@ -153,8 +153,11 @@ def test_chapter3_the_reward_model_learns_the_length_shortcut(preference_setup):
     uneven = [i for i, p in enumerate(pairs) if p["chosen_steps"] != p["rejected_steps"]]
     prefers_longer = np.mean([picks_chosen[i] == (pairs[i]["chosen_steps"] > pairs[i]["rejected_steps"])
                               for i in uneven])
-    # (0.63, 0.95) on an AVX-512 Xeon, (0.73, 0.99) where the chapter was run
-    assert gold_agreement > 0.6 and prefers_longer > 0.9, (gold_agreement, prefers_longer)
+    print(f"MEASURED ch3_rm_gold_agreement {gold_agreement:.3f}\nMEASURED ch3_rm_prefers_longer {prefers_longer:.3f}")
+    # (0.63, 0.95) on an AVX-512 Xeon, (0.73, 0.99) where the chapter was run; the reward models of preference tasks
+    # built from warm starts 1-3 (bench/effect_spread.py --swap preference) gave (0.59, 0.78), (0.70, 0.85) and
+    # (0.71, 0.82): the shortcut is there on every one, not always as strong. The margins sit below those.
+    assert gold_agreement > 0.55 and prefers_longer > 0.7, (gold_agreement, prefers_longer)
 
 
 def test_chapter3_without_the_leash_the_gold_falls_while_the_proxy_does_not(preference_setup, tmp_path):
