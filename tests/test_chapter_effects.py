@@ -241,18 +241,14 @@ def test_chapter8_thinking_emerges_and_a_lenient_verifier_is_exploited(tmp_path)
 def test_chapter5_overlong_shaping_ends_truncation_by_dropping_the_reasoning(tmp_path):
     """Chapter 5, section 6, seed 0 of the chapter's run (the chain task, 16 prompts x 8, 4 mini-batches x 2
     epochs, lr 2e-4, 14 steps, a 44-token budget): DAPO's overlong penalty (the last 4 tokens) takes the share of
-    answers at the limit from about 0.13 to about 0.01, by turning worked answers into direct ones, and the
-    sampled validation accuracy does not rise with it (it falls in the chapter's 3 seeds)."""
+    answers at the limit from about 0.1 to about 0.01, by turning worked answers into direct ones."""
     from minirl import sft
 
     budget = [*sft.train_overrides(sft.default_warm_start(sft.CHAIN_SFT, show_progress=False), sft.CHAIN_SFT),
               "data.max_response_length=44", "data.train_batch_size=16",
               "actor_rollout_ref.actor.ppo_mini_batch_size=4",
               "actor_rollout_ref.actor.ppo_epochs=2", "actor_rollout_ref.actor.optim.lr=2e-4", "data.seed=0",
-              "trainer.total_training_steps=14", "trainer.test_freq=14", "trainer.val_before_train=False",
-              "data.val_max_samples=60", "actor_rollout_ref.rollout.val_kwargs.n=8",
-              "actor_rollout_ref.rollout.val_kwargs.do_sample=True",
-              "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"]
+              "trainer.total_training_steps=14", "trainer.test_freq=-1", "trainer.val_before_train=False"]
     overlong = ["reward.reward_manager.name=dapo", "+reward.reward_kwargs.overlong_buffer_cfg.enable=True",
                 "+reward.reward_kwargs.overlong_buffer_cfg.len=4",
                 "+reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0", "+reward.reward_kwargs.max_resp_len=44"]
@@ -263,10 +259,13 @@ def test_chapter5_overlong_shaping_ends_truncation_by_dropping_the_reasoning(tmp
 
     at_limit = late(plain, "response_length/clip_ratio"), late(shaped, "response_length/clip_ratio")
     worked = late(plain, "minirl/worked/mean"), late(shaped, "minirl/worked/mean")
-    assert at_limit[0] > 0.06 and at_limit[1] < 0.03, at_limit
-    assert worked[0] > 0.2 and worked[1] < worked[0] / 3, worked  # (0.27, 0.02) on an AVX-512 Xeon
-    val = "val-core/minirl/chain_sum/acc/mean@8"
-    assert shaped[-1][val] <= plain[-1][val], (plain[-1][val], shaped[-1][val])
+    print(f"MEASURED ch5_at_limit {at_limit[0]:.3f} {at_limit[1]:.3f}\nMEASURED ch5_worked {worked[0]:.3f} "
+          f"{worked[1]:.3f}")
+    # Over chain warm starts 0-4 (bench/effect_spread.py --swap chain): at the limit 0.061-0.244 without the penalty,
+    # 0.005-0.013 with it; worked 0.123-0.509 without, 0.016-0.028 with. Validation accuracy with the penalty was
+    # lower on three, higher on two (the chapter: within the seed spread), so it is not measured here.
+    assert at_limit[0] > 0.04 and at_limit[1] < min(0.03, at_limit[0] / 4), at_limit
+    assert worked[0] > 0.08 and worked[1] < worked[0] / 3, worked
 
 
 def test_chapter5_seq_mean_token_mean_pushes_long_wrong_answers_less_per_token():
