@@ -411,7 +411,9 @@ def test_chapter14_lora_needs_a_larger_learning_rate_and_the_k3_gradient_is_the_
     has the forward KL's expected gradient, k2 and k1-as-a-reward the reverse KL's, k1 back-propagated none.
     (b) Off-policy distillation through a rank-4 adapter: 20 SFT steps of 128 teacher samples at 5e-3 against 1e-3
     (full fine-tuning's best rate in the chapter). Measured on 3 seeds (100 validation questions, Intel AVX-512):
-    0.68-0.76 against 0.50-0.56, a gap of 0.18-0.20 on every seed; the bound asks for 0.10."""
+    0.68-0.76 against 0.50-0.56, a gap of 0.18-0.20 on every seed. From warm starts 0-4 (bench/effect_spread.py)
+    the gap was 0.08-0.20 (0.08 from warm start 1, which starts at 0.765 and ends at 0.94); the bound asks for
+    0.05."""
     from minirl import data, sft
     from minirl.kl import kl_penalty
 
@@ -440,4 +442,4 @@ def test_chapter14_lora_needs_a_larger_learning_rate_and_the_k3_gradient_is_the_
             steps=20, batch_size=128, lr=lr, warmup_steps=0, seed=0), lora_rank=4, eval_every=100)
         final[lr] = records[-1][VAL]
     print(f"MEASURED ch14_lora_lr r4 after 20 steps: lr 1e-3 {final[1e-3]:.3f}, lr 5e-3 {final[5e-3]:.3f}")
-    assert final[5e-3] > final[1e-3] + 0.10, final
+    assert final[5e-3] > final[1e-3] + 0.05, final

@@ -54,6 +54,10 @@ def test_lab_b_the_length_bonus_is_paid_but_not_exploited(tmp_path):
               show_progress=False)
         runs[name] = load_metrics(tmp_path / name)
     rule, bonus = runs["rule"][-1], runs["bonus"][-1]
+    val = "val-core/minirl/arithmetic/acc/mean@1"
+    print(f"MEASURED labB_score {rule['critic/score/mean']:.3f} {bonus['critic/score/mean']:.3f}\n"
+          f"MEASURED labB_length {rule['response_length/mean']:.2f} {bonus['response_length/mean']:.2f}\n"
+          f"MEASURED labB_val {rule[val]:.3f} {bonus[val]:.3f}")
     assert bonus["critic/score/mean"] > rule["critic/score/mean"] + 0.2  # the policy is paid the bonus ...
     assert abs(bonus["response_length/mean"] - rule["response_length/mean"]) < 0.5  # ... but does not pad
     assert bonus["response_length/clip_ratio"] == 0.0
