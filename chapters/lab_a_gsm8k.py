@@ -278,8 +278,10 @@ for key in ("critic/score/mean", "actor/entropy", "critic/vf_explained_var"):
 # 0.352 (seeds 0.345-0.355) at the last step. The sampled training reward rose from 0.174 (seeds 0.133-0.203)
 # at the first step to 0.292 (seeds 0.273-0.314) over the last 5 steps. The gain is modest and slow, but real:
 # every seed gains 0.100-0.110 (mean 0.107), far more than the seeds' spread at the last step (0.010). With
-# 200 validation prompts the standard error of one accuracy is 0.034, so the mean gain is 3.2 of them. The
-# plot shows why it is slow:
+# 200 validation prompts the standard error of one accuracy is 0.034, so the mean gain is 3.2 of them. These
+# seeds share one warm start; from other warm starts of the word task (they stand in for another CPU:
+# `bench/effect_spread.py --swap word`, 20 steps, one seed each) learning was slower still, and on two of five
+# validation had risen by only one or two questions after 20 steps. The plot shows why it is slow:
 #
 # - the **critic explains almost nothing**. `critic/vf_explained_var` starts negative, -0.381 (seeds -0.506
 #   to -0.227) at the first step, because the new value head is untrained, and ends near 0: 0.030 (seeds
