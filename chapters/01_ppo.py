@@ -56,7 +56,7 @@ VAL = "val-core/minirl/arithmetic/acc/mean@1"
 def run(name, *overrides, steps, test_freq=10):
     # One seeded run of minirl's trainer (verl's fit loop) from the cached SFT warm start.
     fast = ["data.val_max_samples=40"] if fast_mode() else []
-    steps = 3 if fast_mode() else steps
+    steps = 2 if fast_mode() else steps
     train([f"trainer.default_local_dir={RUNS / name}", f"trainer.total_training_steps={steps}",
            f"trainer.test_freq={min(test_freq, steps)}", "trainer.resume_mode=disable", "trainer.logger=[]",
            "algorithm.adv_estimator=gae", *fast, *overrides], show_progress=False)

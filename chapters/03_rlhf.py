@@ -274,7 +274,7 @@ for distance in sorted({distance for distance, *_ in rows}):
 # and logs it as `minirl/gold_score/mean`.
 
 # %% tags=["central-figure"]
-STEPS = 3 if fast_mode() else 20
+STEPS = 2 if fast_mode() else 20
 BETAS = (0.0, 0.01, 0.05)
 
 

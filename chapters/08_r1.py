@@ -148,7 +148,7 @@ for row, text, result in answers[:16:2]:
 # their runs share everything but the reward.
 
 # %% tags=["central-figure"]
-STEPS = 3 if fast_mode() else 40
+STEPS = 2 if fast_mode() else 40
 COMMON = [*sft.train_overrides(MIXED, sft.CHAIN_SFT), "actor_rollout_ref.actor.optim.lr=3e-4",
           f"trainer.total_training_steps={STEPS}", f"trainer.test_freq={STEPS}", f"trainer.save_freq={STEPS}",
           "trainer.val_before_train=False", f"data.val_max_samples={20 if fast_mode() else 100}"]
@@ -236,7 +236,7 @@ for label, model_dir in (("zero warm start", ZERO), ("after the cold start", COL
           f"length {greedy['response_length']:.1f}")
 
 # %%
-ZERO_STEPS = 3 if fast_mode() else 20
+ZERO_STEPS = 2 if fast_mode() else 20
 R1_REWARD = ["reward.custom_reward_function.path=../minirl/rewards.py", "reward.custom_reward_function.name=r1_score",
              "actor_rollout_ref.actor.optim.lr=3e-4", f"trainer.total_training_steps={ZERO_STEPS}",
              f"trainer.test_freq={ZERO_STEPS}", "trainer.val_before_train=False",
