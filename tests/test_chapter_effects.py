@@ -185,7 +185,7 @@ def test_chapter3_without_the_leash_the_gold_falls_while_the_proxy_does_not(pref
           f"beta0 {measured[0.0]['proxy']:.3f} beta0.05 {measured[0.05]['proxy']:.3f}\n"
           f"MEASURED ch3_gap_difference {gap[0.0] - gap[0.05]:.3f}")
     # Over preference tasks built from warm starts 0-4 (bench/effect_spread.py --swap preference), at step 15:
-    # beta = 0 ended 0.11-0.34 below the SFT model's gold and 0.14-0.25 below beta = 0.05's, at a proxy 0.009-0.61
+    # beta = 0 ended 0.21-0.44 below the SFT model's gold and 0.14-0.25 below beta = 0.05's, at a proxy 0.009-0.61
     # above it; the gap difference was 0.21-0.77. Whether beta = 0.05 keeps the gold at the SFT model's level depends
     # on the task: on warm start 0 (the chapter's) it did, on 1-4 it fell 0.17-0.27, more slowly. Not asserted.
     assert measured[0.0]["gold"] < sft["gold"] - 0.07, (sft, measured)
