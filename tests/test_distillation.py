@@ -2,7 +2,6 @@
 the teacher's outputs, a run from the command line that resumes, and the loss it lowers. The losses themselves are
 compared with verl 0.9.1's in tests/parity/test_distillation_parity.py."""
 
-
 import pytest
 import torch
 from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it

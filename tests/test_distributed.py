@@ -23,7 +23,7 @@ from minirl import models
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
-import dp_update  # noqa: E402
+from dp_update import main as update_in_one_process  # noqa: E402
 from dp_update import update  # noqa: E402
 
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
@@ -140,7 +140,7 @@ def test_two_process_update_equals_one_process_update(tmp_path, model_dir, split
     for world in (1, 2):
         out = tmp_path / f"{world}.pt"
         if world == 1:  # in this process: a process start fewer
-            dp_update.main(str(model_dir), str(out), *SPLITS[split])
+            update_in_one_process(str(model_dir), str(out), *SPLITS[split])
         else:
             proc = launch("tests/dp_update.py", str(model_dir), str(out), *SPLITS[split])
             assert proc.returncode == 0, proc.stderr[-3000:]

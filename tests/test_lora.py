@@ -2,7 +2,6 @@
 counts, the merged weights the rollout samples with, the reference as the actor with its adapter off, checkpoints
 that hold the adapter, resuming, continuing from a saved adapter, and `python -m minirl merge`."""
 
-
 import pytest
 import torch
 from cli import minirl_cli  # tests/cli.py: `python -m minirl ...`, forked from a process that imported it
