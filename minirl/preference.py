@@ -163,7 +163,7 @@ def default_preference_task(config: PreferenceConfig | None = None, show_progres
     """The cached preference task's directory, built on first use (atomically, like the warm start)."""
     config = config or PreferenceConfig()
     return build_once(default_cache_dir() / f"preference-{config.key()}", "preference.json",
-                      lambda building: build_preference_task(building, config, show_progress), ".lock-preference")
+                      lambda building: build_preference_task(building, config, show_progress))
 
 
 def warm_start_of(task_dir: str | Path) -> Path:

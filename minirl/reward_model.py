@@ -337,8 +337,7 @@ def default_reward_model(config: RewardModelConfig | None = None, show_progress:
                           "source": Path(__file__).read_text()}, sort_keys=True)
     target = default_cache_dir() / f"reward_model-{hashlib.sha256(content.encode()).hexdigest()[:12]}"
     return build_once(target, "reward_model.json",
-                      lambda building: train_reward_model(replace(config, output_dir=str(building)), show_progress),
-                      ".lock-reward_model")
+                      lambda building: train_reward_model(replace(config, output_dir=str(building)), show_progress))
 
 
 def decode_for_reward_model(tokenizer, responses: list[list[int]]) -> list[str]:

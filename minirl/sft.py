@@ -37,7 +37,6 @@ from minirl.parallel import apply_thread_policy
 from minirl.rollout import generate_sequences
 from minirl.tools import load_all_tools
 
-LOCK_FILE = ".lock"
 TOOL_MAX_ASSISTANT_TURNS = 3  # the tool task: a call, its answer, and one more turn to spare
 WARM_START_VERSION = 2  # bump when the build changes, so cached warm starts are rebuilt
 # fields added since version 2, and their defaults
@@ -386,19 +385,19 @@ def warm_start_dir(config: SFTConfig | None = None, cache_dir: str | Path | None
     return cache_dir / f"warm_start-{(config or SFTConfig()).key()}"
 
 
-def build_once(target: Path, marker: str, build, lock_name: str = LOCK_FILE) -> Path:
+def build_once(target: Path, marker: str, build) -> Path:
     """`target`, a cached directory that is complete once it holds the file `marker`; built on first use.
 
     If the marker is missing, `build(directory)` fills a temporary sibling of `target` (and must write the marker
     there), which is then renamed into place: an interrupted build leaves nothing half-written behind and the next
-    call simply starts over. Builders take the lock file `lock_name` in the cache directory, so parallel processes
-    (test workers) build once; each kind of cached thing has its own lock, since building one may need another
-    (the preference task needs the warm start).
+    call simply starts over. A builder holds a lock file of its own target (`.<name>.lock` beside it), so parallel
+    processes (test workers) build each target once, different targets build at the same time, and a build that
+    needs another cached thing (the preference task needs a warm start) simply waits for that one's lock.
     """
     if (target / marker).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / lock_name, "w") as lock:
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (target / marker).exists():  # another process built it while we waited
             return target

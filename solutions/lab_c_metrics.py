@@ -40,7 +40,7 @@ def diagnose(records: list[dict]) -> str:
         return "reward_always_zero"
     if max(series("actor/ppo_kl")) > 0.2:  # one update moved the policy far from its data
         return "lr_too_high"
-    if min(series("minirl/zero_spread_group_frac")) == 1:  # every group, every step: one score
+    if median(series("minirl/zero_spread_group_frac")) == 1:  # every group one score, on most steps
         return "all_equal_rewards"
     if median(series("response_length/clip_ratio")) > 0.5:
         return "truncated"

@@ -1,6 +1,7 @@
 """SFT warm start: the loss mask, a seeded run that learns, and the atomic cache."""
 
 import json
+import threading
 
 import pytest
 import torch
@@ -59,8 +60,41 @@ def test_warm_start_cache_is_reused_and_interrupted_builds_leave_nothing(tmp_pat
     monkeypatch.setattr(sft, "build_warm_start", interrupted)
     with pytest.raises(KeyboardInterrupt):
         sft.default_warm_start(other, cache_dir=tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name != sft.LOCK_FILE) == [first.name]
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [first.name]
     assert other.key() != SMALL.key()
+
+
+def test_different_cached_targets_build_at_the_same_time(tmp_path):
+    """Each target has its own lock: while one build is under way, another target builds (make test builds its
+    warm starts two at a time), and the same target waits for the first builder instead of building twice."""
+    started, release, built = threading.Event(), threading.Event(), []
+
+    def slow(building):
+        started.set()
+        assert release.wait(30), "the test never released the first build"
+        built.append("a")
+        (building / "done").write_text("ok")
+
+    def quick(building):
+        built.append("b")
+        (building / "done").write_text("ok")
+
+    first = threading.Thread(target=sft.build_once, args=(tmp_path / "a", "done", slow))
+    first.start()
+    assert started.wait(30)
+    second = threading.Thread(target=sft.build_once, args=(tmp_path / "b", "done", quick))
+    second.start()
+    second.join(10)
+    assert not second.is_alive() and built == ["b"], "target b waited for target a's lock"
+    same = threading.Thread(target=sft.build_once, args=(tmp_path / "a", "done", quick))
+    same.start()
+    same.join(0.5)
+    assert same.is_alive(), "a second builder of target a did not wait for the first"
+    release.set()
+    first.join(10)
+    same.join(10)
+    assert built == ["b", "a"], built  # target a built once
+    assert (tmp_path / "a" / "done").exists() and (tmp_path / "b" / "done").exists()
 
 
 def test_sft_is_seeded(tmp_path):

@@ -143,7 +143,7 @@ def graded_runs(cache_dir: str | Path | None = None) -> list[tuple[str, list[dic
 
     spec = json.dumps([GRADED_STEPS, GRADED_SEED, BASE, [CASES[name].overrides for name in GRADED]])
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = build_once(root / f"lab_c-{hashlib.sha256(spec.encode()).hexdigest()[:12]}", "done", build, ".lock-lab_c")
+    target = build_once(root / f"lab_c-{hashlib.sha256(spec.encode()).hexdigest()[:12]}", "done", build)
     from minirl.plot import load_metrics
 
     return hide_config([(name, load_metrics(target / name)) for name in GRADED])
