@@ -105,8 +105,8 @@ for label, chosen in (("called the tool", True), ("answered directly", False)):
 print(f"overall accuracy {sum(right) / len(right):.2f}")
 
 # %% [markdown]
-# Calling pays: the greedy answers that called are right 0.53 of the time (the misses are operands miscopied into
-# the call), the direct answers 0.02. Yet the warm start calls in only 68 of its 200 greedy answers.
+# Calling pays: the greedy answers that called are right 1.00 of the time, the direct answers 0.05. Yet the warm
+# start calls in only 89 of its 200 greedy answers.
 # That is what RL should fix: the reward is the same GSM8K rule as everywhere in the book, and nothing in it
 # mentions the tool.
 #
@@ -258,9 +258,9 @@ print()
 print(compare_table({"tools": runs["tools"]}, "minirl/tool_calls/mean"))
 
 # %% [markdown]
-# With the tool, greedy validation accuracy climbs from the warm start's level to 0.61-0.72 after 15 steps (3
-# seeds), and the tool calls per answer rise to 0.88-0.92: RL found that calling pays, from a reward that never
-# mentions the tool. Without the tool, the same model and the same steps end at 0.00-0.03: a direct 3-digit sum
+# With the tool, greedy validation accuracy climbs from the warm start's level to 1.000 after 15 steps (all 3
+# seeds), and the tool calls per answer rise to 0.938-0.961: RL found that calling pays, from a reward that never
+# mentions the tool. Without the tool, the same model and the same steps end at 0.000-0.016: a direct 3-digit sum
 # is out of this model's reach, and a group rarely holds a correct answer to learn from. (Every run is in
 # `runs/ch13/`.)
 #
@@ -282,9 +282,9 @@ for label in ("tools", "without tools"):
           f"{mean_over_run(runs[label], 'num_turns/mean'):15.2f}")
 
 # %% [markdown]
-# Averaged over every step of the 3 seeds, an answer with the tool carried 95.1 response tokens against 31.6,
-# and a step took 2.60 s against 1.98: the tool's price is three times the tokens and about a third more time
-# per step, at this scale. (The calculator itself costs milliseconds: `timing_s/agent_loop/tool_calls/mean`.)
+# Averaged over every step of the 3 seeds, an answer with the tool carried 105.1 response tokens against 27.7,
+# and a step took 2.80 s against 1.98: the tool's price is almost four times the tokens and about two fifths more
+# time per step, at this scale. (The calculator itself costs milliseconds: `timing_s/agent_loop/tool_calls/mean`.)
 
 # %% [markdown]
 # ## 6. The masking ablation: training on the tool's text
@@ -303,12 +303,13 @@ for key in (VAL, "minirl/tool_calls/mean", "minirl/malformed_tool_calls/mean", "
     print(compare_table({k: runs[k] for k in ("tools", "train on tool tokens")}, key), "\n")
 
 # %% [markdown]
-# Three things break, each beyond the seed spread. The entropy rises to 0.34-0.42 instead of falling to
-# 0.02-0.03. (It is averaged over the mask, so the ablation's includes the tool's tokens, where the model guesses
-# at sums it cannot compute: that is why it starts higher. That it *rises* is the damage.) Malformed calls rise
-# to 0.18-0.19 per answer instead of falling to 0.03-0.06: the model's own call format degrades. And the
-# tool-call rate stalls at 0.59-0.61 instead of 0.88-0.92, so accuracy ends at 0.53-0.55 instead of 0.61-0.72.
-# It is fast: the tool-call curves part within the first five steps. This is why verl's `ToolAgentLoop` builds `response_mask`
+# Three things break, each beyond the seed spread. The entropy rises to 0.278-0.329 instead of falling to
+# 0.014-0.016. (It is averaged over the mask, so the ablation's includes the tool's tokens, where the model guesses
+# at sums it cannot compute: that is why it starts higher. That it *rises* is the damage.) Malformed calls do not
+# fall: 0.070-0.125 per answer at the last step instead of 0.023-0.031, so the model's own call format does not
+# improve. And the tool-call rate stalls at 0.695-0.789 instead of 0.938-0.961. Accuracy pays little for it here,
+# 0.984 against 1.000, because a call that is made still gets copied right; with fewer calls on a harder task,
+# the answers lost would be more. It is fast: the tool-call curves part within the first five steps. This is why verl's `ToolAgentLoop` builds `response_mask`
 # with zeros on every tool turn and has no switch to turn that off.
 #
 # ## 7. A failure mode readers hit: a response budget that cannot hold the conversation
@@ -332,8 +333,8 @@ print(f"\nbudget 96: the longest conversation of any step had num_turns = {longe
 # %% [markdown]
 # With a budget that cannot hold the result, the tool loop is the single-turn loop in disguise: no tool result
 # ever reaches the model, every call scores 0, and the run learns what the run without tools learns. The
-# tool-call rate falls from the warm start's level to 0.12-0.18 calls per answer (3 seeds; with the full
-# budget it rises to 0.88-0.92), and accuracy ends where the run without tools ends. Nothing crashes and nothing
+# tool-call rate falls from the warm start's level to 0.086-0.180 calls per answer (3 seeds; with the full
+# budget it rises to 0.938-0.961), and accuracy ends where the run without tools ends. Nothing crashes and nothing
 # warns; only `minirl/tool_calls/mean` falling while `num_turns/max` stays at 2 gives it away. The fix is
 # to budget the whole conversation: (tokens of a call + tokens of a tool turn) x calls you allow + the final
 # answer. This task needs 121; the book uses 128. With real models, `max_tool_response_length` (characters) caps

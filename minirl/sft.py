@@ -108,8 +108,13 @@ CHAIN_ZERO_SFT = SFTConfig(demo_style="chain", worked_fraction=0.02, wrong_fract
 WORD_SFT = SFTConfig(demo_style="word", max_length=112, response_length=24)
 """The warm start of Lab A's GSM8K-format word problems: 40% of its demonstrations have a wrong answer."""
 TOOL_SFT = SFTConfig(demo_style="tool", worked_fraction=0.5, wrong_fraction=0.3, max_operand=999, max_length=144,
-                     response_length=128, steps=600)
-"""The warm start of Chapter 13's tool task: half of its demonstrations call `add`, 30% of either kind go wrong."""
+                     response_length=128, steps=1000, lr_scheduler_type="cosine")
+"""The warm start of Chapter 13's tool task: half of its demonstrations call `add`, 30% of either kind go wrong.
+1000 steps ending in a cosine decay. Measured on an AMD EPYC (AVX2), seeds 0-2: the earlier 600 constant-rate steps
+left seed 0 unable to copy the tool's result into its answer (sampled accuracy 0.0: GRPO had no right answer to
+learn from); 1000 constant-rate steps lost seed 1's calls altogether (final loss 0.256, up from 0.162); with the
+decay every seed calls in 0.40-0.43 of its sampled answers and is right in 0.26-0.58 of them, and the Chapter 13
+effect test's 8 GRPO steps raise the call rate by 0.27-0.52."""
 TEACHER_SFT = SFTConfig(wrong_fraction=0.0, steps=600, lr=2e-3, lr_scheduler_type="cosine",
                         model=dict(hidden_size=192, num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=2,
                                    intermediate_size=512))

@@ -343,17 +343,17 @@ def test_chapter11_one_ratio_per_answer_is_steadier_the_longer_the_answer():
     short, long = lengths <= 12, lengths >= 31
     assert short.sum() >= 8 and long.sum() >= 8, (short.sum(), long.sum())
     seq_sum, seq_mean = log_ratio.sum(-1), log_ratio.sum(-1) / lengths
-    assert seq_sum[long].std() > seq_sum[short].std(), (seq_sum[long].std(), seq_sum[short].std())
-    assert seq_mean[long].std() < 0.7 * seq_mean[short].std(), (seq_mean[long].std(), seq_mean[short].std())
     ratio = log_ratio.exp()
     clipped_tokens = ((ratio > 1.2) | (ratio < 0.8)) & mask.bool()
     token_share, answer_share = clipped_tokens.sum() / mask.sum(), clipped_tokens.any(-1).float().mean()
-    assert answer_share > 3 * token_share, (answer_share, token_share)
     outside = ((seq_mean.exp() > 1 + 4e-4) | (seq_mean.exp() < 1 - 3e-4)).float().mean()
-    assert outside > 0.8, outside
     print(f"MEASURED ch11 short/long std sum {seq_sum[short].std():.3f}/{seq_sum[long].std():.3f} mean "
           f"{seq_mean[short].std():.4f}/{seq_mean[long].std():.4f} clipped tokens {token_share:.3f} answers "
           f"{answer_share:.3f} outside GSPO range {outside:.3f}")
+    assert seq_sum[long].std() > seq_sum[short].std(), (seq_sum[long].std(), seq_sum[short].std())
+    assert seq_mean[long].std() < 0.7 * seq_mean[short].std(), (seq_mean[long].std(), seq_mean[short].std())
+    assert answer_share > 3 * token_share, (answer_share, token_share)
+    assert outside > 0.8, outside
 
 
 def test_chapter12_a_rollout_further_ahead_trains_older_answers_further_from_the_sampler(tmp_path):
@@ -381,8 +381,9 @@ def test_chapter12_a_rollout_further_ahead_trains_older_answers_further_from_the
 def test_chapter13_rl_teaches_the_tool_and_masking_the_tool_turns_matters(tmp_path):
     """Chapter 13, sections 5 and 6: from the tool task's warm start, GRPO raises the tool-call rate (a reward that
     never mentions the tool), through a tool file written as a reader writes one; training on the tool's tokens
-    too holds the rate back. Over the chapter's 3 seeds, after 8 steps: calls per answer rose 0.27-0.37 from step 1
-    with the mask, and ended 0.19-0.31 above the unmasked ablation."""
+    too holds the rate back. From warm starts 0-2 (TOOL_SFT's seed; AMD EPYC), after 8 steps: calls per answer rose
+    0.27-0.52 from step 1 with the mask, and ended 0.19-0.33 above the unmasked ablation (the bounds ask for 0.15 and
+    0.1)."""
     from minirl import data
     from minirl.sft import TOOL_SFT, train_overrides
 
