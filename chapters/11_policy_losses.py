@@ -140,7 +140,10 @@ print(f"tokens outside PPO's [0.8, 1.2]: {token_clipped:.3f}; answers with at le
 # PPO clips tokens wherever they fall: only 0.062 of the tokens leave $[0.8, 1.2]$, but 0.629 of the answers hold at
 # least one such token. The log of the true sequence ratio is a sum, and its spread grows with the length (0.52,
 # then 0.82): an importance weight $\pi_\theta(y)/\pi_{\text{old}}(y)$ over a whole long answer is too noisy to
-# use. GSPO's length-normalised ratio spreads least, and least of all for the long answers (0.066, then 0.019).
+# use. GSPO's length-normalised ratio spreads least (0.066 for the short answers, 0.019 for the long ones here).
+# That the long answers' spread is the smaller one belongs to this warm start: from five other warm starts (built
+# on an AMD EPYC, `bench/effect_spread.py --swap chain`) it was smaller in four and larger in one. Dividing by the
+# length takes the length out of the spread, not the noise.
 # GSPO's clip range is therefore tiny: verl's GSPO example uses $[1 - 3\cdot10^{-4}, 1 + 4\cdot10^{-4}]$
 # (`examples/gspo_trainer/run_qwen3_8b_fsdp.sh`, from the paper), with lr 1e-6 on an 8B model. After our update
 # at lr 2e-4, 0.984 of the answers are outside that range: section 3 trains with it, and with a range sized to

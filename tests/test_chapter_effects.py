@@ -321,9 +321,12 @@ def test_chapter9_bypass_mode_recovers_a_run_that_stale_weights_degrade(tmp_path
 
 def test_chapter11_one_ratio_per_answer_is_steadier_the_longer_the_answer():
     """Chapter 11, section 1: after one step's four updates, a token's log-ratio is clipped all over the batch, the
-    log of the true sequence ratio spreads more for long answers, GSPO's length-normalised one less, and the
-    paper's tiny GSPO range holds almost no answer at our learning rate (chapter: 0.062 of tokens but 0.629 of
-    answers clipped; sums 0.52 -> 0.82, means 0.066 -> 0.019; 0.984 outside)."""
+    log of the true sequence ratio spreads more for long answers, and the paper's tiny GSPO range holds almost no
+    answer at our learning rate (chapter: 0.062 of tokens but 0.629 of answers clipped; sums 0.52 -> 0.82; 0.984
+    outside). Not asserted: that GSPO's length-normalised ratio spreads less for long answers (chapter: 0.066 ->
+    0.019). From chain warm starts 0-4 on an AMD EPYC (bench/effect_spread.py --swap chain) its long/short spread
+    was 0.49-0.86 in four and 1.59 in one, while the sum's was 2.8-9.5 in all five and answers with a clipped
+    token 13-18 times the clipped tokens' share."""
     from minirl.book.variance import log_probs_after_updates, sample_responses
     from minirl.grpo import compute_grpo_outcome_advantage
     from minirl.sft import CHAIN_SFT
@@ -351,7 +354,6 @@ def test_chapter11_one_ratio_per_answer_is_steadier_the_longer_the_answer():
           f"{seq_mean[short].std():.4f}/{seq_mean[long].std():.4f} clipped tokens {token_share:.3f} answers "
           f"{answer_share:.3f} outside GSPO range {outside:.3f}")
     assert seq_sum[long].std() > seq_sum[short].std(), (seq_sum[long].std(), seq_sum[short].std())
-    assert seq_mean[long].std() < 0.7 * seq_mean[short].std(), (seq_mean[long].std(), seq_mean[short].std())
     assert answer_share > 3 * token_share, (answer_share, token_share)
     assert outside > 0.8, outside
 
