@@ -75,7 +75,8 @@ $(TRL_INSTALLED): tests/parity_trl/requirements.txt pyproject.toml
 	touch $@
 
 # The demo's learning rate is twice the default: at 1e-4 one of 15 (warm-start seed x run seed) runs gained only
-# +0.08 in 60 steps; at 2e-4 all 15 gain +0.115 to +0.305 (bench/demo_grid.py, README "Two commands").
+# +0.08 in 60 steps; at 2e-4 all 15 gain +0.115 to +0.305 on a Xeon, +0.130 to +0.225 on an AMD EPYC
+# (bench/demo_grid.py, README "Two commands").
 demo: install
 	$(PY) -m minirl train trainer.default_local_dir=runs/demo trainer.experiment_name=demo \
 		trainer.total_training_steps=60 trainer.test_freq=10 trainer.resume_mode=disable \
