@@ -58,7 +58,7 @@ def test_each_broken_cause_leaves_its_signature(runs, all_records):
     # a reward that is always 0, and one that is always 1: every advantage and gradient is 0
     assert max(series(runs["reward_always_zero"], "critic/score/max")) == 0
     # (a format-only reward: now and then one response of 128 lacks `#### `, and that step's group has a spread; on
-    # an AMD EPYC seed 3 had one such step, the lab's seeds 0-2 on a Xeon one or two: the median is the signature)
+    # an AMD EPYC seed 3 had one such step, the lab's seeds 0-2 on a Xeon 2, 0 and 1: the median is the signature)
     assert set(series(runs["reward_always_zero"], "minirl/zero_spread_group_frac")) == {1.0}
     assert set(series(runs["reward_always_zero"], "actor/grad_norm")) == {0.0}
     equal = runs["all_equal_rewards"]
